@@ -1,0 +1,1 @@
+"""psrv.nn: the networks being trained: flat parameter buffer, layers, updaters, data, evaluation, save/load."""

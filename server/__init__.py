@@ -1,0 +1,1 @@
+"""psrv.server: the parameter server in each process and the `psrv` command line."""

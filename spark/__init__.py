@@ -1,0 +1,1 @@
+"""psrv.spark: training masters, SparkNetwork, data pipelines, distributed evaluation and inference, stats."""
