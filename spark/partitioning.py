@@ -1,0 +1,80 @@
+"""Repartitioning of training data: when to do it and how (DL4J's Repartition + RepartitionStrategy).
+
+The balanced strategy deals elements out round-robin by their global index, so partition sizes
+differ by at most one element; Spark's own ``repartition`` only balances in expectation.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from psrv.spark.errors import SparkConfigError
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+
+
+class Repartition(StrEnum):
+    ALWAYS = "always"
+    NEVER = "never"
+    NUM_PARTITIONS_WORKERS_DIFFERS = "num_partitions_workers_differs"
+
+
+class RepartitionStrategy(StrEnum):
+    BALANCED = "balanced"
+    SPARK_DEFAULT = "spark_default"
+
+
+def parse_repartition(value: Repartition | str) -> Repartition:
+    try:
+        return Repartition(str(value).lower())
+    except ValueError:
+        choices = ", ".join(r.value for r in Repartition)
+        raise SparkConfigError(f"repartition: expected one of {choices}, got {value!r}") from None
+
+
+def parse_strategy(value: RepartitionStrategy | str) -> RepartitionStrategy:
+    try:
+        return RepartitionStrategy(str(value).lower())
+    except ValueError:
+        choices = ", ".join(s.value for s in RepartitionStrategy)
+        raise SparkConfigError(f"repartition_strategy: expected one of {choices}, got {value!r}") from None
+
+
+def needs_repartition(repartition: Repartition | str, current_partitions: int, num_workers: int) -> bool:
+    """Whether data in ``current_partitions`` partitions must be repartitioned for ``num_workers``."""
+    mode = parse_repartition(repartition)
+    if mode is Repartition.ALWAYS:
+        return True
+    if mode is Repartition.NEVER:
+        return False
+    return current_partitions != num_workers
+
+
+def _identity_partition(key: int) -> int:
+    return key
+
+
+def balanced_repartition(rdd: RDD, num_partitions: int) -> RDD:
+    """``rdd`` in exactly ``num_partitions`` partitions whose sizes differ by at most one."""
+    if num_partitions < 1:
+        raise SparkConfigError(f"num_partitions: expected a positive int, got {num_partitions!r}")
+    n = int(num_partitions)
+    keyed = rdd.zipWithIndex().map(lambda pair: (pair[1] % n, pair[0]))
+    return keyed.partitionBy(n, _identity_partition).values()
+
+
+def repartition_rdd(
+    rdd: RDD,
+    num_workers: int,
+    repartition: Repartition | str = Repartition.ALWAYS,
+    strategy: RepartitionStrategy | str = RepartitionStrategy.BALANCED,
+) -> RDD:
+    """``rdd`` prepared for ``num_workers`` workers according to the repartition policy."""
+    strategy = parse_strategy(strategy)
+    if not needs_repartition(repartition, rdd.getNumPartitions(), num_workers):
+        return rdd
+    if strategy is RepartitionStrategy.BALANCED:
+        return balanced_repartition(rdd, num_workers)
+    return rdd.repartition(num_workers)
