@@ -18,6 +18,11 @@ Policy, per origin:
 Memory is therefore O(number of origins * window) at worst and O(number of origins) in the
 usual in-order case. ``mark_covered`` raises watermarks after a catch-up download: the
 downloaded parameters already include every update at or below it.
+
+Catch-up protocol for the runtime: subscribe first and HOLD what arrives during the download
+(do not pass it to ``first_time`` yet: applied to parameters the download then replaces, it
+would be lost); after the download call ``mark_covered(W)``, then feed the held updates and the
+live stream through ``first_time``: those <= W are refused, those > W are applied once.
 """
 
 from __future__ import annotations
