@@ -153,8 +153,10 @@ def _merge_slot(
         raise DataError(f"{what}: cannot merge masks of shapes {sorted(mask_shapes)}")
     tail = mask_shapes.pop()
     dtype = next(m.dtype for m in masks if m is not None)
-    filled = [np.ones((d.shape[0], *tail), dtype=dtype) if m is None else m for d, m in zip(datas, masks,
-                                                                                           strict=True)]
+    filled = [
+        np.ones((d.shape[0], *tail), dtype=dtype) if m is None else m
+        for d, m in zip(datas, masks, strict=True)
+    ]
     return merged, np.concatenate(filled)
 
 
@@ -169,8 +171,13 @@ def _encode(kind: str, arrays: list[tuple[str, np.ndarray]]) -> bytes:
         little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         raw = little.tobytes()
         entries.append(
-            {"name": name, "dtype": little.dtype.str, "shape": list(little.shape), "offset": offset,
-             "nbytes": len(raw)}
+            {
+                "name": name,
+                "dtype": little.dtype.str,
+                "shape": list(little.shape),
+                "offset": offset,
+                "nbytes": len(raw),
+            }
         )
         chunks.append(raw)
         offset += len(raw)
@@ -205,7 +212,7 @@ def _decode(blob: bytes | bytearray | memoryview, source: str) -> tuple[str, dic
             f"{len(view) - _PREAMBLE.size} bytes follow the preamble"
         )
     try:
-        header = json.loads(bytes(view[_PREAMBLE.size:_PREAMBLE.size + header_len]).decode("utf-8"))
+        header = json.loads(bytes(view[_PREAMBLE.size : _PREAMBLE.size + header_len]).decode("utf-8"))
         kind = str(header["kind"])
         entries = list(header["arrays"])
         payload_bytes = int(header["payload_bytes"])
@@ -229,13 +236,15 @@ def _decode(blob: bytes | bytearray | memoryview, source: str) -> tuple[str, dic
                 raise DataFileError(f"{source}: refusing array {entry['name']!r} of dtype {dtype}")
             shape = tuple(int(s) for s in entry["shape"])
             offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
-            if nbytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)) or offset < 0 or (
-                offset + nbytes > payload_bytes
+            if (
+                nbytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                or offset < 0
+                or (offset + nbytes > payload_bytes)
             ):
                 raise DataFileError(
                     f"{source}: corrupt psrv data file: array {entry['name']!r} out of bounds"
                 )
-            data = np.frombuffer(payload[offset:offset + nbytes], dtype=dtype).reshape(shape)
+            data = np.frombuffer(payload[offset : offset + nbytes], dtype=dtype).reshape(shape)
             arrays[str(entry["name"])] = data.astype(dtype.newbyteorder("="), copy=True)
     except (KeyError, TypeError, ValueError) as exc:
         raise DataFileError(f"{source}: corrupt psrv data file header ({exc})") from exc
@@ -260,9 +269,9 @@ def _write_atomically(path: str | os.PathLike[str], blob: bytes) -> None:
 def _local_path(path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
     if path.startswith("file://"):
-        return path[len("file://"):]
+        return path[len("file://") :]
     if path.startswith("file:"):
-        return path[len("file:"):]
+        return path[len("file:") :]
     return path
 
 
@@ -408,7 +417,11 @@ class DataSet:
         return self.subset(_rng(seed).permutation(self.num_examples))
 
     def batches(
-        self, batch_size: int, *, shuffle: bool = False, seed: int | np.random.Generator | None = None,
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int | np.random.Generator | None = None,
         drop_last: bool = False,
     ) -> Iterator[DataSet]:
         """Minibatches of ``batch_size`` examples (the last one smaller unless ``drop_last``)."""
@@ -472,8 +485,9 @@ class DataSet:
     @classmethod
     def _from_arrays(cls, arrays: dict[str, np.ndarray], source: str) -> DataSet:
         try:
-            return cls(arrays["features"], arrays["labels"], arrays.get("features_mask"),
-                       arrays.get("labels_mask"))
+            return cls(
+                arrays["features"], arrays["labels"], arrays.get("features_mask"), arrays.get("labels_mask")
+            )
         except KeyError as exc:
             raise DataFileError(f"{source}: DataSet file lacks array {exc}") from exc
         except DataError as exc:
@@ -572,15 +586,21 @@ class MultiDataSet:
             return False
         mine = self.features + self.labels + self.features_masks + self.labels_masks
         theirs = other.features + other.labels + other.features_masks + other.labels_masks
-        return len(mine) == len(theirs) and len(self.features) == len(other.features) and all(
-            _same(a, b) for a, b in zip(mine, theirs, strict=True)
+        return (
+            len(mine) == len(theirs)
+            and len(self.features) == len(other.features)
+            and all(_same(a, b) for a, b in zip(mine, theirs, strict=True))
         )
 
     def shuffle(self, seed: int | np.random.Generator | None = None) -> MultiDataSet:
         return self.subset(_rng(seed).permutation(self.num_examples))
 
     def batches(
-        self, batch_size: int, *, shuffle: bool = False, seed: int | np.random.Generator | None = None,
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int | np.random.Generator | None = None,
         drop_last: bool = False,
     ) -> Iterator[MultiDataSet]:
         _check_batch_size(batch_size)
@@ -614,13 +634,15 @@ class MultiDataSet:
         n_features, n_labels = layouts.pop()
         features, features_masks, labels, labels_masks = [], [], [], []
         for i in range(n_features):
-            data, mask = _merge_slot([d.features[i] for d in items], [d.features_masks[i] for d in items],
-                                     f"features[{i}]")
+            data, mask = _merge_slot(
+                [d.features[i] for d in items], [d.features_masks[i] for d in items], f"features[{i}]"
+            )
             features.append(data)
             features_masks.append(mask)
         for i in range(n_labels):
-            data, mask = _merge_slot([d.labels[i] for d in items], [d.labels_masks[i] for d in items],
-                                     f"labels[{i}]")
+            data, mask = _merge_slot(
+                [d.labels[i] for d in items], [d.labels_masks[i] for d in items], f"labels[{i}]"
+            )
             labels.append(data)
             labels_masks.append(mask)
         return MultiDataSet(features, labels, features_masks, labels_masks)

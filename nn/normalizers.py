@@ -374,13 +374,12 @@ class ImageScaler(Normalizer):
 
     def __repr__(self) -> str:
         return (
-            f"ImageScaler(min_range={self.min_range}, max_range={self.max_range}, "
-            f"max_pixel={self.max_pixel})"
+            f"ImageScaler(min_range={self.min_range}, max_range={self.max_range}, max_pixel={self.max_pixel})"
         )
 
 
 def _check_shape(data: np.ndarray, stat: np.ndarray, what: str) -> None:
-    tail = data.shape[-stat.ndim:] if stat.ndim else ()
+    tail = data.shape[-stat.ndim :] if stat.ndim else ()
     if tuple(tail) != stat.shape:
         raise NormalizerError(
             f"{what}: expected trailing shape {stat.shape} (as fitted), got array of shape {data.shape}"
