@@ -21,6 +21,7 @@ from pathlib import Path
 
 import zmq
 from psrv.transport.errors import KeyFileError
+from zmq.utils import z85
 
 __all__ = ["KeySet", "KEY_FILES", "generate_keys", "write_keys", "read_keys"]
 
@@ -69,7 +70,7 @@ def _check_key(name: str, value: object, where: str) -> bytes:
         size = len(value) if isinstance(value, bytes | str) else type(value).__name__
         raise KeyFileError(f"{where}: {name} must be a {_Z85_LEN}-byte Z85 CurveZMQ key, got {size}")
     try:
-        raw = zmq.utils.z85.decode(value)
+        raw = z85.decode(value)
     except Exception:
         raise KeyFileError(f"{where}: {name} is not valid Z85 text") from None
     if len(raw) != 32:
