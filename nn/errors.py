@@ -22,3 +22,33 @@ class NormalizerError(NNError, ValueError):
 
 class EvaluationError(NNError, ValueError):
     """Bad input to an evaluation (shapes, class range, NaN) or merging two incompatible ones."""
+
+
+# --- networks, layers, updaters, save/load (network engineer) -------------------------------------
+class ConfigError(NNError, ValueError):
+    """A network, layer or updater configuration is invalid or unknown: fatal, fix the configuration."""
+
+
+class InvalidInputError(NNError, ValueError):
+    """Features, labels or mask given to a network are wrong (shape, range, NaN, empty): fatal for
+    that batch; the network's parameters and updater state are untouched."""
+
+
+class NonFiniteLossError(NNError, ArithmeticError):
+    """The loss of a batch is NaN or infinite (the training diverged); nothing was updated."""
+
+
+class ModelFileError(NNError):
+    """A saved network cannot be read: fatal for that file."""
+
+
+class ForeignFileError(ModelFileError):
+    """The file is not a psrv network file (wrong magic bytes)."""
+
+
+class TruncatedFileError(ModelFileError):
+    """The file ends before the length its header announces, or a checksum does not match."""
+
+
+class UnsupportedVersionError(ModelFileError):
+    """The file was written by a newer (or unknown) version of the format."""

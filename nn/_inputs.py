@@ -1,0 +1,144 @@
+"""Validation of what callers hand a network: features, labels, masks and data sets.
+
+Every check runs before anything is computed, so a bad batch leaves parameters and updater state as
+they were, and every message names what was expected and what came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+from psrv.nn.errors import InvalidInputError
+
+
+def _as_array(value: Any, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{what}: expected a numeric array, got {type(value).__name__}") from exc
+    if arr.dtype.kind not in "fiub":
+        raise InvalidInputError(f"{what}: expected a numeric array, got dtype {arr.dtype}")
+    return arr
+
+
+def _check_finite(arr: np.ndarray, what: str) -> None:
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = ~np.isfinite(arr)
+        first = np.argwhere(bad)[0]
+        raise InvalidInputError(
+            f"{what}: expected finite values, got {int(bad.sum())} NaN/inf"
+            f" (first at index {tuple(first.tolist())})"
+        )
+
+
+def prepare_features(features: Any, input_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """(n, *input_shape) array of the network's dtype; (n, prod(input_shape)) is reshaped for images."""
+    x = _as_array(features, "features")
+    flat = int(np.prod(input_shape))
+    expected = f"(n, {', '.join(map(str, input_shape))})"
+    if len(input_shape) > 1:
+        expected += f" or (n, {flat})"
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise InvalidInputError(
+            f"features: expected a non-empty batch of shape {expected}, got shape {x.shape}"
+        )
+    if x.shape[1:] != tuple(input_shape):
+        if x.ndim == 2 and x.shape[1] == flat:
+            x = x.reshape((x.shape[0], *input_shape))
+        else:
+            raise InvalidInputError(f"features: expected shape {expected}, got shape {x.shape}")
+    x = np.ascontiguousarray(x, dtype=dtype)
+    _check_finite(x, "features")
+    return x
+
+
+def prepare_labels(
+    labels: Any, n: int, n_out: int, dtype: np.dtype, probability_labels: bool, class_indices_ok: bool
+) -> np.ndarray:
+    """(n, n_out) labels; integer class indices (n,) become one-hot when the loss is multi-class."""
+    y = _as_array(labels, "labels")
+    if y.ndim == 1 and class_indices_ok and y.dtype.kind in "iub":
+        if y.shape[0] != n:
+            raise InvalidInputError(
+                f"labels: expected {n} class indices (one per example), got shape {y.shape}"
+            )
+        if y.size and (y.min() < 0 or y.max() >= n_out):
+            raise InvalidInputError(
+                f"labels: expected class indices in [0, {n_out - 1}], got values in [{y.min()}, {y.max()}]"
+            )
+        one_hot = np.zeros((n, n_out), dtype=dtype)
+        one_hot[np.arange(n), y] = 1
+        return one_hot
+    if y.ndim == 1 and n_out == 1:
+        y = y.reshape(-1, 1)
+    if y.shape != (n, n_out):
+        hint = " or class indices of shape (n,)" if class_indices_ok else ""
+        raise InvalidInputError(f"labels: expected shape ({n}, {n_out}){hint}, got shape {y.shape}")
+    y = np.ascontiguousarray(y, dtype=dtype)
+    _check_finite(y, "labels")
+    if probability_labels and y.size and (y.min() < 0 or y.max() > 1):
+        raise InvalidInputError(
+            f"labels: expected values in [0, 1] for this loss, got values in [{y.min()}, {y.max()}]"
+        )
+    return y
+
+
+def prepare_mask(mask: Any, n: int, n_out: int, dtype: np.dtype) -> np.ndarray | None:
+    """None, a per-example mask (n,) / (n, 1), or a per-output mask (n, n_out); values >= 0."""
+    if mask is None:
+        return None
+    m = _as_array(mask, "mask")
+    if m.shape in ((n,), (n, 1)):
+        m = m.reshape(n)
+    elif m.shape != (n, n_out):
+        raise InvalidInputError(
+            f"mask: expected shape ({n},), ({n}, 1) or ({n}, {n_out}), got shape {m.shape}"
+        )
+    m = np.ascontiguousarray(m, dtype=dtype)
+    _check_finite(m, "mask")
+    if m.size and m.min() < 0:
+        raise InvalidInputError(f"mask: expected values >= 0, got minimum {m.min()}")
+    return m
+
+
+def unpack(item: Any) -> tuple[Any, Any, Any]:
+    """(features, labels, labels_mask) of a DataSet-like object or a (features, labels[, mask]) tuple."""
+    if hasattr(item, "features") and hasattr(item, "labels"):
+        return item.features, item.labels, getattr(item, "labels_mask", None)
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        return item[0], item[1], item[2] if len(item) == 3 else None
+    raise InvalidInputError(
+        "expected a DataSet (with .features and .labels) or a (features, labels) tuple,"
+        f" got {type(item).__name__}"
+    )
+
+
+def is_single(data: Any) -> bool:
+    return (hasattr(data, "features") and hasattr(data, "labels")) or (
+        isinstance(data, tuple) and len(data) in (2, 3) and isinstance(data[0], np.ndarray)
+    )
+
+
+def minibatches(
+    data: Any, batch_size: int, rng: np.random.Generator | None
+) -> Iterator[tuple[Any, Any, Any]]:
+    """Minibatches of one data set (sliced, shuffled when rng is given) or each item of an iterable."""
+    if is_single(data):
+        x, y, m = unpack(data)
+        n = len(x)
+        if n == 0:
+            raise InvalidInputError("data set: expected at least one example, got an empty data set")
+        order = rng.permutation(n) if rng is not None else None
+        for start in range(0, n, batch_size):
+            if order is None:
+                sl: Any = slice(start, start + batch_size)
+            else:
+                sl = order[start : start + batch_size]
+            yield x[sl], (y[sl] if y is not None else None), (m[sl] if m is not None else None)
+        return
+    if not isinstance(data, Iterable):
+        raise InvalidInputError(f"expected a DataSet or an iterable of DataSets, got {type(data).__name__}")
+    for item in data:
+        yield unpack(item)
