@@ -1,0 +1,138 @@
+"""The training-statistics record format: plain data that workers produce and the report reads.
+
+``stats`` is a list of dicts (JSON- and pickle-friendly; a dict ``{"version": 1, "events": [...]}``
+is accepted too). Each dict is either a timed **event** or a **point sample**.
+
+Event (something a worker spent time on)::
+
+    {"worker": "host:1234",      # required, str: one timeline row per distinct value ("driver" too)
+     "kind": "fit",              # required, str: see EVENT_KINDS (other kinds are shown in grey)
+     "start": 1700000000.12,     # required, float: seconds since the Unix epoch, time.time() of
+     "end": 1700000000.19,       #   that worker's machine (clocks of two machines may differ)
+     # optional, any of:
+     "partition": 3, "round": 0, "iteration": 17, "epoch": 0, "examples": 32,
+     "loss": 0.41, "threshold": 1e-3, "sparsity": 2.5e-3, "bytes": 4096}
+
+Point sample (a metric without a duration)::
+
+    {"worker": "host:1234", "kind": "metrics", "time": 1700000000.2, "iteration": 17,
+     "threshold": 1e-3, "sparsity": 2.5e-3, "bytes": 4096}
+
+Metric fields (``METRIC_FIELDS``) may appear on any record; the report draws one line per worker
+for each, against ``iteration`` when the record has one, else the worker's step count so far.
+``sparsity`` is the fraction of parameters a message carried (count / n); ``bytes`` the encoded
+message size. Kinds and their meaning:
+
+- ``catch_up``  a joining worker downloading parameters (and skipping what they already hold)
+- ``setup``     task start-up before training (deserializing the network, starting the node)
+- ``fit``       computing one minibatch's update (forward, backward, updater)
+- ``wait``      waiting for the next minibatch from the data source
+- ``encode``    threshold-encoding the residual into a message
+- ``apply``     applying received updates
+- ``averaging`` one parameter-averaging round (driver) or its aggregation
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from psrv.spark.errors import SparkInputError
+
+__all__ = [
+    "EVENT_KINDS",
+    "METRIC_FIELDS",
+    "STATS_VERSION",
+    "StatsFormatError",
+    "event",
+    "metrics_sample",
+    "normalize_stats",
+]
+
+STATS_VERSION = 1
+EVENT_KINDS: dict[str, str] = {
+    "catch_up": "catch-up (download parameters)",
+    "setup": "task setup",
+    "fit": "fit step",
+    "wait": "waiting for data",
+    "encode": "encoding",
+    "apply": "applying updates",
+    "averaging": "parameter averaging round",
+}
+# Other spellings producers may use, mapped to the kinds above.
+KIND_ALIASES: dict[str, str] = {
+    "catchup": "catch_up",
+    "catch-up": "catch_up",
+    "wait_data": "wait",
+    "waiting": "wait",
+    "encoding": "encode",
+    "average": "averaging",
+}
+METRIC_FIELDS: tuple[str, ...] = ("loss", "threshold", "sparsity", "bytes")
+
+
+class StatsFormatError(SparkInputError):
+    """A training-stats record does not follow the format documented in psrv.spark.stats."""
+
+
+def event(worker: str, kind: str, start: float, end: float, **fields: Any) -> dict[str, Any]:
+    """One timed event record (a convenience; a plain dict literal is just as good)."""
+    return {"worker": str(worker), "kind": kind, "start": float(start), "end": float(end), **fields}
+
+
+def metrics_sample(worker: str, time: float, **metrics: Any) -> dict[str, Any]:
+    """One point sample of metrics (threshold, sparsity, bytes ...) at wall-clock ``time``."""
+    return {"worker": str(worker), "kind": "metrics", "time": float(time), **metrics}
+
+
+def _number(record: Mapping[str, Any], key: str, index: int) -> float:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise StatsFormatError(f"stats record {index}: {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def normalize_stats(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Validated copies of the records, kinds canonical, sorted by time; raises StatsFormatError.
+
+    Metric fields that are not finite numbers (None, NaN) are dropped from the copy rather than
+    failing the whole report.
+    """
+    if isinstance(stats, Mapping):
+        version = stats.get("version", STATS_VERSION)
+        if version != STATS_VERSION:
+            raise StatsFormatError(f"stats: unsupported version {version!r}; expected {STATS_VERSION}")
+        stats = stats.get("events", [])
+    out: list[dict[str, Any]] = []
+    for index, record in enumerate(stats):
+        if not isinstance(record, Mapping):
+            raise StatsFormatError(f"stats record {index}: expected a dict, got {type(record).__name__}")
+        for key in ("worker", "kind"):
+            if key not in record:
+                raise StatsFormatError(f"stats record {index}: missing {key!r} (have {sorted(record)})")
+        copy = dict(record)
+        copy["worker"] = str(record["worker"])
+        kind = str(record["kind"])
+        copy["kind"] = KIND_ALIASES.get(kind, kind)
+        if "start" in record or "end" in record:
+            if "start" not in record or "end" not in record:
+                raise StatsFormatError(f"stats record {index}: an event needs both 'start' and 'end'")
+            copy["start"], copy["end"] = _number(record, "start", index), _number(record, "end", index)
+            if copy["end"] < copy["start"]:
+                raise StatsFormatError(
+                    f"stats record {index}: 'end' ({copy['end']}) is before 'start' ({copy['start']})"
+                )
+        elif "time" in record:
+            copy["time"] = _number(record, "time", index)
+        else:
+            raise StatsFormatError(f"stats record {index}: expected 'start'/'end' (event) or 'time' (sample)")
+        for key in METRIC_FIELDS:
+            if key in copy:
+                value = copy[key]
+                ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+                if not ok:
+                    del copy[key]
+        out.append(copy)
+    out.sort(key=lambda r: (r.get("start", r.get("time", 0.0)), r["worker"]))
+    return out
