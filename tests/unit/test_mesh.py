@@ -266,3 +266,59 @@ def test_allocate_id_never_repeats():
     assert mesh.address(CONTROLLER_ID) == "127.0.0.1:7000"
     copy = MeshOrganizer.from_dict(mesh.to_dict())
     assert copy.allocate_id() == 12
+
+
+@pytest.mark.timeout(60)
+def test_8192_nodes_random_removals_and_remaps_keep_the_tree_whole():
+    rng = random.Random(8192)
+    mesh = build(8192)
+    last_version = mesh.version
+    for step in range(1, 801):
+        nid = rng.choice(mesh.node_ids())
+        if step % 2:
+            children = mesh.children(nid)
+            assert mesh.remove_node(nid) == list(children)
+            for child in children:
+                assert child in mesh and nid not in mesh
+        else:
+            mesh.remap(nid)
+        assert mesh.version >= last_version
+        last_version = mesh.version
+        if step % 200 == 0:
+            check_tree(mesh)
+    assert len(mesh) == 8192 - 400
+    check_tree(mesh)
+    copy = MeshOrganizer.from_dict(msgpack.unpackb(msgpack.packb(mesh.to_dict())))
+    assert copy.version == mesh.version and copy.places() == mesh.places()
+
+
+def subtree(mesh: MeshOrganizer, root: int) -> set[int]:
+    out, queue = set(), [root]
+    while queue:
+        nid = queue.pop()
+        out.add(nid)
+        queue.extend(mesh.children(nid))
+    return out
+
+
+def test_adopter_matches_a_brute_force_choice():
+    """The first orphan goes to the node a full scan picks: fewest children, then depth, then id."""
+    rng = random.Random(11)
+    mesh = build(400, fan_out=3)
+    for _ in range(150):
+        victim = rng.choice(mesh.node_ids())
+        orphans = mesh.children(victim)
+        excluded = {victim}.union(*(subtree(mesh, o) for o in orphans))
+        counts = {n: len(mesh.children(n)) for n in [CONTROLLER_ID, *mesh.node_ids()]}
+        counts[mesh.parent(victim)] -= 1
+        candidates = [
+            (counts[n], mesh.place(n).depth, n)
+            for n in counts
+            if n not in excluded and counts[n] < mesh.fan_out
+        ]
+        mesh.remove_node(victim)
+        if orphans:
+            assert mesh.parent(orphans[0]) == min(candidates)[2]
+        if rng.random() < 0.5:
+            mesh.add_node(max(mesh.node_ids()) + 1, "new")
+    check_tree(mesh)
