@@ -123,6 +123,14 @@ class SeenUpdates:
                 state = self._origins[origin] = _Origin()
             state.raise_to(mark)
 
+    def above_watermark(self) -> dict[int, list[int]]:
+        """Per origin that has any: the sorted seqs seen above its watermark (out-of-order arrivals).
+
+        With ``watermark()`` this describes the seen set exactly, e.g. for a parameter download
+        that must say precisely which updates the parameters include.
+        """
+        return {origin: sorted(state.above) for origin, state in self._origins.items() if state.above}
+
     def pending(self, origin: int) -> int:
         """How many out-of-order seqs above the watermark are held for ``origin`` (memory check)."""
         state = self._origins.get(origin)

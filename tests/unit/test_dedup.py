@@ -43,8 +43,10 @@ def test_gap_holds_watermark_and_memory_stays_bounded():
         assert s.first_time(5, q)
     assert s.watermark() == {5: 1} and s.pending(5) == 57
     assert s.seen(5, 40) and not s.seen(5, 2)
+    assert s.above_watermark() == {5: list(range(3, 60))}
     assert s.first_time(5, 2)
     assert s.watermark() == {5: 59} and s.pending(5) == 0
+    assert s.above_watermark() == {}
 
 
 def test_window_slides_and_skipped_seqs_are_too_old():
