@@ -43,6 +43,8 @@ __all__ = [
     "FileMultiDataSetLoader",
     "MultiDataSet",
     "MultiDataSetLoader",
+    "decode_arrays",
+    "encode_arrays",
     "one_hot",
     "read_data_bytes",
     "read_data_file",
@@ -287,6 +289,18 @@ def _read_file(path: str | os.PathLike[str]) -> bytes:
             return handle.read()
     except OSError as exc:
         raise DataFileError(f"{path}: cannot read data file ({exc.strerror or exc})") from exc
+
+
+def encode_arrays(kind: str, arrays: list[tuple[str, np.ndarray]]) -> bytes:
+    """The psrv file form for any named numeric arrays (used by other batch kinds, e.g. image batches)."""
+    return _encode(kind, arrays)
+
+
+def decode_arrays(
+    blob: bytes | bytearray | memoryview, source: str = "<bytes>"
+) -> tuple[str, dict[str, np.ndarray]]:
+    """(kind, arrays) of a psrv data file, fully checked; raises DataFileError."""
+    return _decode(blob, source)
 
 
 def read_data_bytes(blob: bytes | bytearray | memoryview, source: str = "<bytes>") -> DataSet | MultiDataSet:
