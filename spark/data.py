@@ -859,3 +859,15 @@ def _decode_file(item: tuple[str, bytes]) -> DataSet | MultiDataSet:
 def read_exported(spark_context: SparkContext, path: str, *, min_partitions: int | None = None) -> RDD:
     """An RDD of the DataSets/MultiDataSets in the minibatch files under ``path`` (any Hadoop URI)."""
     return spark_context.binaryFiles(path, min_partitions).map(_decode_file)
+
+
+_IMAGE_NAMES = ("ImageBatch", "ImageDataSetLoader", "PackedImages", "decode_image", "label_of", "pack_images")
+
+
+def __getattr__(name: str) -> Any:
+    """The image pipeline lives in psrv.spark.images; its names are reachable from here too."""
+    if name in _IMAGE_NAMES:
+        from psrv.spark import images
+
+        return getattr(images, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
