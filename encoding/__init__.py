@@ -1,1 +1,47 @@
-"""psrv.encoding: threshold encoding of sparse updates (numba kernels), threshold algorithms, residual post-processing."""
+"""psrv.encoding: threshold encoding of sparse updates (numba kernels), threshold algorithms and
+residual post-processing.
+
+The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DIR``) points; see
+``psrv.encoding._numba_cache``.
+"""
+
+from __future__ import annotations
+
+from psrv.encoding.codec import MessageInfo, decode, encode, float32_threshold, message_info
+from psrv.encoding.errors import (
+    EncodingError,
+    InvalidStateError,
+    MalformedMessageError,
+    NonFiniteResidualError,
+)
+from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
+from psrv.encoding.residual_encoder import ResidualEncoder
+from psrv.encoding.stats import EncodingStats, encoding_stats
+from psrv.encoding.thresholds import (
+    AdaptiveThreshold,
+    FixedThreshold,
+    TargetSparsityThreshold,
+    threshold_algorithm_from_state,
+)
+
+__all__ = [
+    "AdaptiveThreshold",
+    "EncodingError",
+    "EncodingStats",
+    "FixedThreshold",
+    "InvalidStateError",
+    "MalformedMessageError",
+    "MessageInfo",
+    "NoResidualPostProcessor",
+    "NonFiniteResidualError",
+    "ResidualClipping",
+    "ResidualEncoder",
+    "TargetSparsityThreshold",
+    "decode",
+    "encode",
+    "encoding_stats",
+    "float32_threshold",
+    "message_info",
+    "post_processor_from_state",
+    "threshold_algorithm_from_state",
+]

@@ -1,0 +1,269 @@
+"""Threshold encoding of a residual vector into a sparse or bitmap int32 message, and its decoding.
+
+Wire forms (int32, little-endian), the smaller one wins (sparse while count < ceil(N/16)):
+
+* sparse: ``[count, N, float32-bits(tau), 0]`` then ``count`` 1-based signed indices in ascending
+  order: ``i + 1`` for +tau, ``-(i + 1)`` for -tau;
+* bitmap: ``[N, N, float32-bits(tau), 1]`` then ceil(N/16) words; word k covers elements 16k..16k+15:
+  bit b means "has a value", bit b + 16 means "negative".
+
+tau is rounded to float32 before it is used, so the sender and every receiver apply the same value.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from psrv.encoding import _kernels as k
+from psrv.encoding.errors import MalformedMessageError, NonFiniteResidualError
+
+SPARSE = 0
+BITMAP = 1
+FORM_NAMES = {SPARSE: "sparse", BITMAP: "bitmap"}
+HEADER_WORDS = k.HEADER_WORDS
+#: below this many elements per thread, encode(threads > 1) runs on one thread (threads cost more)
+PARALLEL_MIN_ELEMENTS_PER_THREAD = 1 << 21
+
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_WIRE_INT32 = np.dtype("<i4")
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    """What the header of a valid message says."""
+
+    form: Literal["sparse", "bitmap"]
+    count: int  # elements carrying +-tau
+    n: int  # length of the vector the message applies to
+    tau: float  # the float32 threshold, as a Python float
+
+    @property
+    def sparsity(self) -> float:
+        return self.count / self.n if self.n else 0.0
+
+
+def bitmap_words(n: int) -> int:
+    """Number of bitmap words for a vector of n elements."""
+    return (n + k.WORD_ELEMENTS - 1) // k.WORD_ELEMENTS
+
+
+def float32_threshold(threshold: float) -> np.float32:
+    """The threshold as the float32 the wire carries; it must stay positive and finite."""
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError):
+        raise TypeError(f"threshold must be a real number, got {threshold!r}") from None
+    with np.errstate(over="ignore"):
+        tau = np.float32(value)
+    if not (math.isfinite(value) and np.isfinite(tau) and tau > 0):
+        raise ValueError(f"threshold must be positive and finite as a float32, got {threshold!r} "
+                         f"(float32: {tau!r})")
+    return tau
+
+
+def _tau_bits(tau: np.float32) -> np.int32:
+    return np.array([tau], dtype=np.float32).view(np.int32)[0]
+
+
+def _check_vector(array: np.ndarray, name: str, *, writeable: bool) -> None:
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(array).__name__}")
+    if array.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if not array.flags.c_contiguous or not array.flags.aligned:
+        raise ValueError(f"{name} must be C-contiguous and aligned (use np.ascontiguousarray)")
+    if writeable and not array.flags.writeable:
+        raise ValueError(f"{name} must be writeable")
+
+
+@lru_cache(maxsize=8)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="psrv-encode")
+
+
+def _chunks(n: int, threads: int) -> list[tuple[int, int]]:
+    """Split [0, n) into at most `threads` ranges whose starts are multiples of 8 kernel blocks."""
+    threads = max(1, min(threads, n // PARALLEL_MIN_ELEMENTS_PER_THREAD))
+    step = -(-n // threads)
+    step = -(-step // (8 * k.BLOCK)) * (8 * k.BLOCK)
+    return [(start, min(start + step, n)) for start in range(0, n, step)]
+
+
+def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.ndarray | None:
+    """Threshold-encode `residual` in place; return the int32 message, or None when nothing reached tau.
+
+    Every element with |r| >= tau (tau = float32(threshold)) is emitted as +-tau and tau is subtracted
+    from it, once per call. With `threads` > 1 a large vector is split into chunks encoded in parallel;
+    the message is identical to the one-thread message. A NaN or inf raises NonFiniteResidualError
+    naming the first bad index, with nothing emitted and the residual unchanged.
+    """
+    _check_vector(residual, "residual", writeable=True)
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    tau32 = float32_threshold(threshold)
+    n = residual.shape[0]
+    if n == 0:
+        return None
+    if n >= 2**31:
+        raise ValueError(f"residual has {n} elements; the wire format holds at most 2**31 - 1")
+    tau = residual.dtype.type(tau32)
+    bits_dtype, abs_mask, inf_bits = k.BIT_VIEWS[residual.dtype]
+    bits = residual.view(bits_dtype)
+    tau_bits = np.array([tau]).view(bits_dtype)[0]
+    blocks = -(-n // k.BLOCK)
+    block_counts = np.zeros(-(-blocks // 8) * 8, dtype=np.uint8)  # whole groups of 8 for the uint64 view
+    block_groups = block_counts.view(np.uint64)
+    chunks = _chunks(n, threads)
+    run = _run_serial if len(chunks) == 1 else _pool(len(chunks)).map
+
+    counts = list(run(lambda c: k.count_blocks(bits, abs_mask, tau_bits, inf_bits, c[0], c[1], block_counts),
+                      chunks))
+    for _, first_bad in counts:
+        if first_bad >= 0:
+            raise NonFiniteResidualError(int(first_bad), float(residual[first_bad]))
+    total = sum(int(c) for c, _ in counts)
+    if total == 0:
+        return None
+
+    words = bitmap_words(n)
+    if total < words:
+        message = np.empty(HEADER_WORDS + total, dtype=np.int32)
+        message[:HEADER_WORDS] = (total, n, _tau_bits(tau32), SPARSE)
+        offsets = np.cumsum([HEADER_WORDS] + [int(c) for c, _ in counts[:-1]])  # each chunk's first slot
+
+        def emit(chunk: tuple[int, int], offset: int) -> int:
+            return k.emit_sparse(residual, bits, tau, abs_mask, tau_bits, chunk[0], chunk[1], block_counts,
+                                 block_groups, message, int(offset))
+
+        list(run(emit, chunks, offsets))
+    else:
+        message = np.zeros(HEADER_WORDS + words, dtype=np.int32)
+        message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
+        bitmap = message[HEADER_WORDS:].view(np.uint32)
+        list(run(lambda c: k.emit_bitmap(residual, bits, tau, abs_mask, tau_bits, c[0], c[1], block_counts,
+                                         block_groups, bitmap), chunks))
+    return message
+
+
+def _run_serial(function, *iterables):
+    return map(function, *iterables)
+
+
+def _as_message_array(message: np.ndarray | bytes | bytearray | memoryview) -> np.ndarray:
+    """View (or, if unaligned, copy) a message as a 1-D native int32 array."""
+    if isinstance(message, np.ndarray):
+        if message.ndim != 1:
+            raise MalformedMessageError(f"message must be 1-D, got shape {message.shape}")
+        if message.dtype.kind in "iu" and message.dtype.itemsize == 4:
+            array = message.view(np.int32) if message.dtype.isnative else message.astype(np.int32)
+        elif message.dtype == np.uint8:
+            array = _from_bytes(message)
+        else:
+            raise MalformedMessageError(f"message must be an int32 array or bytes, got dtype {message.dtype}")
+    else:
+        try:
+            array = _from_bytes(memoryview(message))
+        except TypeError:
+            raise MalformedMessageError(
+                f"message must be an int32 array or a bytes-like object, got {type(message).__name__}"
+            ) from None
+    if not (array.flags.c_contiguous and array.flags.aligned):
+        array = np.ascontiguousarray(array).copy()
+    return array
+
+
+def _from_bytes(buffer) -> np.ndarray:
+    raw = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+    if raw.size % 4:
+        raise MalformedMessageError(f"message is {raw.size} bytes, not a whole number of int32 words")
+    if not (raw.flags.c_contiguous and raw.flags.aligned and raw.ctypes.data % 4 == 0):
+        raw = raw.copy()
+    return raw.view(_WIRE_INT32).astype(np.int32, copy=False)
+
+
+def _parse(message) -> tuple[np.ndarray, MessageInfo]:
+    """Fully validate a message (header, length, body); return it as int32 and its header info."""
+    array = _as_message_array(message)
+    if array.shape[0] < HEADER_WORDS:
+        raise MalformedMessageError(
+            f"message has {array.shape[0]} int32 words; a header alone is {HEADER_WORDS}")
+    first, n, tau_bits, form = (int(v) for v in array[:HEADER_WORDS])
+    tau = float(np.array([tau_bits], dtype=np.int32).view(np.float32)[0])
+    if not (math.isfinite(tau) and tau > 0):
+        raise MalformedMessageError(f"header threshold must be a positive finite float32, got {tau!r}")
+    if n < 0:
+        raise MalformedMessageError(f"header length N must be >= 0, got {n}")
+    if form == SPARSE:
+        count = first
+        if count < 0:
+            raise MalformedMessageError(f"sparse header count must be >= 0, got {count}")
+        if array.shape[0] != HEADER_WORDS + count:
+            raise MalformedMessageError(f"sparse message has {array.shape[0] - HEADER_WORDS} indices but its "
+                                        f"header says {count}")
+        code, position = k.validate_sparse(array, n)
+        if code != k.OK:
+            raise MalformedMessageError(_sparse_problem(code, position, int(array[position]), n))
+    elif form == BITMAP:
+        if first != n:
+            raise MalformedMessageError(f"bitmap header must repeat N in its first word, got {first} and {n}")
+        words = bitmap_words(n)
+        if array.shape[0] != HEADER_WORDS + words:
+            raise MalformedMessageError(f"bitmap message has {array.shape[0] - HEADER_WORDS} words; N={n} "
+                                        f"needs {words}")
+        bitmap = array[HEADER_WORDS:].view(np.uint32)
+        code, position = k.validate_bitmap(bitmap, n)
+        if code == k.BAD_SIGN_WITHOUT_VALUE:
+            raise MalformedMessageError(f"bitmap word {position} sets a sign bit without its value bit")
+        if code == k.BAD_PADDING:
+            raise MalformedMessageError(f"bitmap word {position} sets bits beyond element N={n}")
+        count = int(k.bitmap_count(bitmap))
+    else:
+        raise MalformedMessageError(f"unknown message form {form} (expected 0 = sparse or 1 = bitmap)")
+    return array, MessageInfo(form=FORM_NAMES[form], count=count, n=n, tau=tau)
+
+
+def _sparse_problem(code: int, position: int, value: int, n: int) -> str:
+    where = f"index #{position - HEADER_WORDS} (value {value})"
+    if code == k.BAD_ZERO_INDEX:
+        return f"sparse {where} is zero; indices are 1-based"
+    if code == k.BAD_INDEX_RANGE:
+        return f"sparse {where} is out of range for N={n}"
+    return f"sparse {where} does not follow the previous index in ascending order"
+
+
+def message_info(message: np.ndarray | bytes | bytearray | memoryview) -> MessageInfo:
+    """Validate a whole message (header, length and body) and return its header fields.
+
+    Raises MalformedMessageError naming what is wrong.
+    """
+    return _parse(message)[1]
+
+
+def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndarray,
+           scale: float = 1.0) -> None:
+    """Add +-tau * scale into `target` where the message says so.
+
+    The whole message is validated first (length vs header, form, N vs target size, index range and
+    order, no zero index, bitmap padding); a malformed one raises MalformedMessageError and `target`
+    is left untouched. Sparse messages cost time proportional to their count, not to N.
+    """
+    _check_vector(target, "target", writeable=True)
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    array, info = _parse(message)
+    if info.n != target.shape[0]:
+        raise MalformedMessageError(
+            f"message is for N={info.n} elements but the target has {target.shape[0]}")
+    delta = target.dtype.type(np.float64(np.float32(info.tau)) * scale)
+    if info.form == "sparse":
+        k.apply_sparse(array, target, delta)
+    else:
+        k.apply_bitmap(array[HEADER_WORDS:].view(np.uint32), target, delta)

@@ -1,0 +1,81 @@
+"""Residual post-processors: what happens to the residual after each encoding step.
+
+``ResidualClipping(multiple=5.0, every=5)`` clips the residual to +-multiple*tau on every
+``every``-th step (steps 5, 10, 15, ... by default), so a residual that grows faster than it is sent
+cannot blow up (DL4J's ResidualClippingPostProcessor). ``NoResidualPostProcessor`` leaves it alone.
+Both count steps themselves and serialize that count with their settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from psrv.encoding.codec import float32_threshold
+from psrv.encoding.errors import InvalidStateError
+
+
+@runtime_checkable
+class ResidualPostProcessor(Protocol):
+    def process(self, residual: np.ndarray, threshold: float) -> None: ...
+
+    def get_state(self) -> dict[str, Any]: ...
+
+
+class NoResidualPostProcessor:
+    """Leaves the residual as the encoder left it."""
+
+    def process(self, residual: np.ndarray, threshold: float) -> None:
+        return None
+
+    def get_state(self) -> dict[str, Any]:
+        return {"type": type(self).__name__}
+
+    def __repr__(self) -> str:
+        return "NoResidualPostProcessor()"
+
+
+class ResidualClipping:
+    """Every ``every``-th call, clip the residual in place to [-multiple*tau, +multiple*tau]."""
+
+    def __init__(self, multiple: float = 5.0, every: int = 5) -> None:
+        multiple = float(multiple)
+        if not (math.isfinite(multiple) and multiple > 0):
+            raise ValueError(f"multiple must be positive and finite, got {multiple!r}")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        self.multiple = multiple
+        self.every = every
+        self.steps = 0
+
+    def process(self, residual: np.ndarray, threshold: float) -> None:
+        """Count one step; on every ``every``-th, clip (tau rounded to float32, as the encoder uses it)."""
+        self.steps += 1
+        if self.steps % self.every:
+            return
+        limit = residual.dtype.type(self.multiple * float(float32_threshold(threshold)))
+        np.clip(residual, -limit, limit, out=residual)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,
+                "steps": self.steps}
+
+    def __repr__(self) -> str:
+        return f"ResidualClipping(multiple={self.multiple!r}, every={self.every!r})"
+
+
+def post_processor_from_state(state: Mapping[str, Any]) -> ResidualClipping | NoResidualPostProcessor:
+    """Rebuild a post-processor from ``get_state()``."""
+    kind = state.get("type") if isinstance(state, Mapping) else None
+    if kind == "NoResidualPostProcessor":
+        return NoResidualPostProcessor()
+    if kind == "ResidualClipping":
+        try:
+            processor = ResidualClipping(state["multiple"], state["every"])
+            processor.steps = int(state.get("steps", 0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidStateError(f"cannot restore ResidualClipping from {dict(state)!r}: {exc}") from None
+        return processor
+    raise InvalidStateError(f"unknown residual post-processor state {state!r}")

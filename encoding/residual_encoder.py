@@ -1,0 +1,79 @@
+"""ResidualEncoder: what a worker runs every step (residual += update; encode; post-process; adapt tau)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from psrv.encoding.codec import encode, message_info
+from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, ResidualPostProcessor
+from psrv.encoding.stats import EncodingStats, encoding_stats
+from psrv.encoding.thresholds import AdaptiveThreshold, ThresholdAlgorithm
+
+log = logging.getLogger(__name__)
+
+
+class ResidualEncoder:
+    """Holds one worker's residual and turns each update into a threshold-encoded message.
+
+    Defaults follow DL4J's shared training: AdaptiveThreshold() and ResidualClipping(5, 5).
+    Pass ``post_processor=NoResidualPostProcessor()`` to disable clipping. With ``debug=True`` each
+    step also computes ``last_stats`` (an EncodingStats of the residual before encoding).
+    """
+
+    def __init__(self, size: int, *, dtype=np.float32, threshold_algorithm: ThresholdAlgorithm | None = None,
+                 post_processor: ResidualPostProcessor | None = None, debug: bool = False,
+                 threads: int = 1) -> None:
+        if not isinstance(size, int | np.integer) or size < 0:
+            raise ValueError(f"size must be a non-negative int, got {size!r}")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        self.residual: np.ndarray = np.zeros(int(size), dtype=dtype)
+        self.threshold_algorithm = (threshold_algorithm if threshold_algorithm is not None
+                                    else AdaptiveThreshold())
+        self.post_processor = post_processor if post_processor is not None else ResidualClipping()
+        self.debug = debug
+        self.threads = threads
+        self.steps = 0
+        self.last_stats: EncodingStats | None = None
+        self.last_count = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.residual.shape[0])
+
+    def encode_update(self, update: np.ndarray) -> np.ndarray | None:
+        """residual += update; encode with the current tau; post-process; let the algorithm observe.
+
+        Returns the message (None when nothing reached tau). The caller applies the message to its own
+        parameters (decode) and hands it on. If the residual turns non-finite, NonFiniteResidualError
+        propagates and the residual keeps the update added (nothing was emitted for this step).
+        """
+        update = np.asarray(update)
+        if update.shape != self.residual.shape:
+            raise ValueError(
+                f"update has shape {update.shape}; this encoder's residual is {self.residual.shape}")
+        if update.dtype.kind != "f":
+            raise TypeError(f"update must be a float array, got dtype {update.dtype}")
+        np.add(self.residual, update, out=self.residual, casting="same_kind")
+        tau = self.threshold_algorithm.threshold
+        if self.debug:
+            self.last_stats = encoding_stats(self.residual, tau)
+        message = encode(self.residual, tau, threads=self.threads)
+        count = 0 if message is None else message_info(message).count
+        self.post_processor.process(self.residual, tau)
+        self.threshold_algorithm.observe(count, self.size)
+        self.steps += 1
+        self.last_count = count
+        if self.debug:
+            log.debug("encode step %d: %s -> %d elements", self.steps, self.last_stats, count)
+        return message
+
+    def reset(self) -> None:
+        """Forget the residual (e.g. after the parameters were replaced by a downloaded copy)."""
+        self.residual[:] = 0
+        self.last_stats = None
+
+
+__all__ = ["NoResidualPostProcessor", "ResidualEncoder"]

@@ -1,0 +1,176 @@
+"""Threshold algorithms: small strategy objects that pick tau for each encoding step.
+
+Each has ``threshold`` (the current tau), ``observe(count, n)`` (what the last step emitted),
+``get_state()`` (a msgpack/JSON-able dict naming its class) and the classmethod ``average(states)``
+(the driver averages the workers' states back into one algorithm). ``threshold_algorithm_from_state``
+rebuilds any of them from its state. They hold no clock: a schedule advances once per observed step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from psrv.encoding.errors import InvalidStateError
+
+#: one step of the adaptive schedules; 20 steps halve (or double) tau, as in DL4J
+DEFAULT_DECAY = 0.5 ** (1 / 20)
+#: tau is kept inside these bounds so it always stays a normal, positive float32
+MIN_THRESHOLD = 1e-30
+MAX_THRESHOLD = 1e30
+
+
+@runtime_checkable
+class ThresholdAlgorithm(Protocol):
+    threshold: float
+
+    def observe(self, count: int, n: int) -> None: ...
+
+    def get_state(self) -> dict[str, Any]: ...
+
+
+def _positive(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return value
+
+
+def _check_observation(count: int, n: int) -> None:
+    if count < 0 or n < 0 or count > n:
+        raise ValueError(f"observe expects 0 <= count <= n, got count={count}, n={n}")
+
+
+class _Base:
+    """Shared state handling: the state is the class name plus the constructor's keyword arguments."""
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+    threshold: float
+
+    def _config(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._fields}
+
+    def get_state(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "threshold": float(self.threshold), **self._config()}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]):
+        if state.get("type") != cls.__name__:
+            raise InvalidStateError(f"state is for {state.get('type')!r}, not {cls.__name__}")
+        try:
+            algorithm = cls(**{name: state[name] for name in cls._fields})
+            algorithm.threshold = _positive("threshold", state["threshold"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidStateError(f"cannot restore {cls.__name__} from {dict(state)!r}: {exc}") from None
+        return algorithm
+
+    @classmethod
+    def average(cls, states: Iterable[Mapping[str, Any] | _Base]):
+        """One algorithm whose tau is the mean of the given states' taus; their settings must agree."""
+        algorithms = [s if isinstance(s, cls) else cls.from_state(s) for s in states]
+        if not algorithms:
+            raise InvalidStateError(f"cannot average zero {cls.__name__} states")
+        first = algorithms[0]
+        for other in algorithms[1:]:
+            if other._config() != first._config():
+                raise InvalidStateError(f"cannot average {cls.__name__} states with different settings: "
+                                        f"{first._config()} vs {other._config()}")
+        averaged = cls(**first._config())
+        averaged.threshold = sum(a.threshold for a in algorithms) / len(algorithms)
+        return averaged
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.get_state() == self.get_state()
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+        return f"{type(self).__name__}({settings}; threshold={self.threshold!r})"
+
+
+class FixedThreshold(_Base):
+    """tau never changes."""
+
+    _fields = ("tau",)
+
+    def __init__(self, tau: float = 1e-3) -> None:
+        self.tau = _positive("tau", tau)
+        self.threshold = self.tau
+
+    def observe(self, count: int, n: int) -> None:
+        _check_observation(count, n)
+
+
+class AdaptiveThreshold(_Base):
+    """Keep the sparsity (count / n) inside [min_sparsity, max_sparsity] (DL4J's adaptive algorithm).
+
+    After a step below the range tau *= decay (more elements pass); above it tau /= decay.
+    """
+
+    _fields = ("initial", "min_sparsity", "max_sparsity", "decay")
+
+    def __init__(self, initial: float = 1e-4, min_sparsity: float = 1e-4, max_sparsity: float = 1e-2,
+                 decay: float = DEFAULT_DECAY) -> None:
+        self.initial = _positive("initial", initial)
+        self.min_sparsity = _positive("min_sparsity", min_sparsity)
+        self.max_sparsity = _positive("max_sparsity", max_sparsity)
+        if self.min_sparsity > self.max_sparsity or self.max_sparsity > 1:
+            raise ValueError(
+                f"need 0 < min_sparsity <= max_sparsity <= 1, got {min_sparsity}, {max_sparsity}")
+        self.decay = _positive("decay", decay)
+        if self.decay >= 1:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.threshold = self.initial
+
+    def observe(self, count: int, n: int) -> None:
+        _check_observation(count, n)
+        if n == 0:
+            return
+        sparsity = count / n
+        if sparsity < self.min_sparsity:
+            self.threshold = max(self.threshold * self.decay, MIN_THRESHOLD)
+        elif sparsity > self.max_sparsity:
+            self.threshold = min(self.threshold / self.decay, MAX_THRESHOLD)
+
+
+class TargetSparsityThreshold(_Base):
+    """Steer the sparsity towards one target: below it tau *= decay, above it tau /= decay."""
+
+    _fields = ("initial", "target", "decay")
+
+    def __init__(self, initial: float = 1e-4, target: float = 1e-3, decay: float = DEFAULT_DECAY) -> None:
+        self.initial = _positive("initial", initial)
+        self.target = _positive("target", target)
+        if self.target > 1:
+            raise ValueError(f"target sparsity must be in (0, 1], got {target}")
+        self.decay = _positive("decay", decay)
+        if self.decay >= 1:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.threshold = self.initial
+
+    def observe(self, count: int, n: int) -> None:
+        _check_observation(count, n)
+        if n == 0:
+            return
+        sparsity = count / n
+        if sparsity < self.target:
+            self.threshold = max(self.threshold * self.decay, MIN_THRESHOLD)
+        elif sparsity > self.target:
+            self.threshold = min(self.threshold / self.decay, MAX_THRESHOLD)
+
+
+ALGORITHMS: dict[str, type[_Base]] = {
+    cls.__name__: cls for cls in (FixedThreshold, AdaptiveThreshold, TargetSparsityThreshold)
+}
+
+
+def threshold_algorithm_from_state(state: Mapping[str, Any]) -> FixedThreshold | AdaptiveThreshold | \
+        TargetSparsityThreshold:
+    """Rebuild a threshold algorithm from ``get_state()``; an unknown type is an InvalidStateError."""
+    if not isinstance(state, Mapping):
+        raise InvalidStateError(f"a threshold algorithm state is a dict, got {type(state).__name__}")
+    cls = ALGORITHMS.get(state.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise InvalidStateError(
+            f"unknown threshold algorithm {state.get('type')!r}; known: {sorted(ALGORITHMS)}")
+    return cls.from_state(state)
