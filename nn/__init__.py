@@ -3,6 +3,7 @@ save/load."""
 
 from __future__ import annotations
 
+from psrv.nn.data import DataSet, DataSetLoader, FileDataSetLoader, MultiDataSet
 from psrv.nn.errors import (
     ConfigError,
     ForeignFileError,
@@ -13,8 +14,11 @@ from psrv.nn.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
+from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
 from psrv.nn.layers import Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, Output
 from psrv.nn.network import Network
+from psrv.nn.normalizers import ImageScaler, MinMax, Standardize, normalizer_from_state
+from psrv.nn.torch_adapter import TorchNetwork
 from psrv.nn.updaters import (
     AdaGrad,
     Adam,
@@ -27,6 +31,19 @@ from psrv.nn.updaters import (
 )
 
 __all__ = [
+    "DataSet",
+    "DataSetLoader",
+    "Evaluation",
+    "FileDataSetLoader",
+    "ImageScaler",
+    "MinMax",
+    "MultiDataSet",
+    "ROC",
+    "ROCMultiClass",
+    "RegressionEvaluation",
+    "Standardize",
+    "TorchNetwork",
+    "normalizer_from_state",
     "AdaGrad",
     "Adam",
     "ConfigError",

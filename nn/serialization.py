@@ -148,8 +148,11 @@ def network_from_bytes(data: bytes | bytearray | memoryview, source: str = "buff
 
 
 def save_network(net: Any, path: str | os.PathLike[str]) -> None:
-    """Write atomically (temp file + rename), so a crash never leaves half a file under ``path``."""
-    data = network_to_bytes(net)
+    write_atomically(path, network_to_bytes(net))
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write via a temp file + rename, so a crash never leaves half a file under ``path``."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".psrvnn-", dir=directory)

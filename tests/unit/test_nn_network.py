@@ -216,3 +216,29 @@ def test_truncated_foreign_and_newer_files_are_clear_errors(tmp_path) -> None:
         Network.from_bytes(bytes(corrupt))
     with pytest.raises(NNError, match="cannot read"):
         Network.load(tmp_path / "missing")
+
+
+def test_fit_score_evaluate_with_dataset_and_normalizer_saved(tmp_path) -> None:
+    from psrv.nn import DataSet, Standardize
+
+    rng = np.random.default_rng(3)
+    features = rng.normal(loc=5.0, scale=3.0, size=(64, 6)).astype(np.float32)
+    labels = np.eye(4, dtype=np.float32)[(features[:, 0] > 5).astype(int) + 2 * (features[:, 1] > 5)]
+    data = DataSet(features, labels)
+    normalizer = Standardize().fit(data)
+    data = normalizer.transform(data)
+    net = Network([Dense(16, "relu"), Output(4)], input_shape=(6,), seed=0, updater=Nesterov(0.1))
+    before = net.score(data)
+    net.fit(data, epochs=20, batch_size=16)
+    assert net.score(data) < before
+    assert net.evaluate(data).accuracy() > 0.8
+    # an iterable of DataSets is one minibatch each
+    net.fit([data.subset(slice(0, 32)), data.subset(slice(32, 64))], epochs=2)
+    assert net.epoch == 22
+    net.normalizer = normalizer
+    net.save(tmp_path / "n.psrvnn")
+    loaded = Network.load(tmp_path / "n.psrvnn")
+    assert isinstance(loaded.normalizer, Standardize)
+    raw = DataSet(features, labels)
+    np.testing.assert_allclose(loaded.normalizer.transform(raw).features, normalizer.transform(raw).features)
+    np.testing.assert_array_equal(loaded.output(data.features), net.output(data.features))

@@ -1,0 +1,134 @@
+"""TorchNetwork: torch modules behind the psrv.nn contract, parameters backed by one flat buffer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from psrv.nn import InvalidInputError, NonFiniteLossError  # noqa: E402
+from psrv.nn.errors import ModelFileError  # noqa: E402
+from psrv.nn.torch_adapter import TorchNetwork  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1, user_api="blas"):
+        yield
+    torch.set_num_threads(threads)
+
+
+def _mlp(seed: int = 0, optimizer=None) -> TorchNetwork:
+    torch.manual_seed(seed)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,), optimizer=optimizer)
+
+
+def _batch(n: int = 16, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 64)).astype(np.float32), rng.integers(0, 10, n)
+
+
+def test_params_are_one_flat_buffer_shared_with_torch() -> None:
+    net = _mlp()
+    assert net.num_params == 64 * 64 + 64 + 64 * 10 + 10
+    assert net.params.dtype == np.float32
+    net.params[:] = 0.25   # what the decoder does: write the NumPy view
+    assert all(torch.all(p == 0.25) for p in net.module.parameters())
+    with torch.no_grad():
+        net.module[0].bias.add_(1.0)   # and torch's writes show in the view
+    assert np.all(net.params[64 * 64 : 64 * 64 + 64] == 1.25)
+
+
+def test_compute_update_equals_a_torch_step_without_applying_it() -> None:
+    x, y = _batch()
+    net = _mlp(optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+    reference = _mlp(optimizer=None)
+    ref_opt = torch.optim.SGD(reference.module.parameters(), lr=0.1, momentum=0.9)
+    before = net.params.copy()
+    for _ in range(3):
+        update, loss = net.compute_update(x, y)
+        np.testing.assert_array_equal(net.params, before)
+        ref_opt.zero_grad()
+        logits = reference.module(torch.from_numpy(x))
+        ref_loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(y))
+        ref_loss.backward()
+        ref_opt.step()
+        net.apply_update(update)
+        before = net.params.copy()
+        assert loss == pytest.approx(float(ref_loss.detach()), rel=1e-5)
+    np.testing.assert_allclose(net.params, reference.params, atol=1e-6)
+    assert net.iteration == 3
+
+
+def test_updater_state_round_trip_gives_the_same_next_step() -> None:
+    x, y = _batch()
+    a = _mlp(seed=1)
+    for _ in range(2):
+        a.apply_update(a.compute_update(x, y)[0])
+    b = _mlp(seed=2)
+    assert b.updater_state.size == 0     # torch creates optimizer state lazily
+    b.set_params(a.params)
+    b.set_updater_state(a.updater_state)
+    np.testing.assert_array_equal(b.updater_state, a.updater_state)
+    np.testing.assert_array_equal(b.compute_update(x, y)[0], a.compute_update(x, y)[0])
+    with pytest.raises(InvalidInputError, match="expected a flat vector"):
+        b.set_updater_state(np.zeros(5, dtype=np.float32))
+
+
+def test_bad_input_leaves_params_untouched() -> None:
+    net = _mlp()
+    params = net.params.copy()
+    zeros = np.zeros(4, dtype=int)
+    cases = [(np.zeros((4, 63)), zeros), (np.full((4, 64), np.nan), zeros),
+             (np.zeros((4, 64)), np.array([0, 1, 2, 10]))]
+    for features, labels in cases:
+        with pytest.raises(InvalidInputError):
+            net.compute_update(features, labels)
+    net.params[0] = np.inf
+    with pytest.raises(NonFiniteLossError):
+        net.compute_update(np.ones((4, 64)), np.zeros(4, dtype=int))
+    net.params[0] = params[0]
+    np.testing.assert_array_equal(net.params, params)
+    assert net.iteration == 0
+
+
+def test_save_load_identical_outputs(tmp_path) -> None:
+    x, y = _batch(32)
+    net = _mlp()
+    net.fit((x, y), epochs=2, batch_size=8)
+    path = tmp_path / "torch.pt"
+    net.save(path)
+    loaded = TorchNetwork.load(path)
+    np.testing.assert_array_equal(loaded.output(x), net.output(x))
+    np.testing.assert_array_equal(loaded.updater_state, net.updater_state)
+    assert (loaded.iteration, loaded.epoch) == (8, 2)
+    np.testing.assert_array_equal(loaded.compute_update(x, y)[0], net.compute_update(x, y)[0])
+    (tmp_path / "junk").write_bytes(b"junk")
+    with pytest.raises(ModelFileError):
+        TorchNetwork.load(tmp_path / "junk")
+
+
+@pytest.mark.timeout(60)
+def test_torch_mlp_trains_digits_to_97_percent() -> None:
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+        torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10),
+    )
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
+                       optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True))
+    net.fit((x_train, y_train), epochs=25, batch_size=32)
+    accuracy = float((net.predict(x_test) == y_test).mean())
+    assert accuracy >= 0.97
+    evaluation = net.evaluate((x_test, np.eye(10, dtype=np.float32)[y_test]))
+    assert evaluation.accuracy() == pytest.approx(accuracy)
