@@ -488,12 +488,14 @@ def records_to_multidatasets(
     batch_size: int = DEFAULT_BATCH_SIZE,
     key_columns: int | Mapping[str, int] | None = None,
     drop_missing: bool = False,
+    ordered: bool = False,
 ) -> RDD | list[MultiDataSet]:
     """Named record sources to MultiDataSets; with several sources, records are joined first.
 
-    ``key_columns`` (one column for all sources, or per source) joins records with equal keys; the
-    result is ordered by key. Without it, records are joined by position (the i-th record of each
-    source). A key missing from some source raises, unless ``drop_missing=True`` drops that record.
+    ``key_columns`` (one column for all sources, or per source) joins records with equal keys.
+    Without it, records are joined by position (the i-th record of each source). A key missing from
+    some source raises, unless ``drop_missing=True`` drops that record. Local results are ordered
+    by key (or position); RDD results follow the shuffle unless ``ordered=True`` (one more sort).
     """
     if not isinstance(sources, Mapping) or not sources:
         raise SparkConfigError("sources: expected a non-empty mapping of source name -> records")
@@ -516,7 +518,9 @@ def records_to_multidatasets(
             else:
                 keyed.append(rdd.map(_KeyBy(name, keys[name])))
         context = values[0].context
-        grouped = context.union(keyed).groupByKey().sortBy(lambda kv: _sort_key(kv[0]))
+        grouped = context.union(keyed).groupByKey()
+        if ordered:
+            grouped = grouped.sortBy(lambda kv: _sort_key(kv[0]))
         return grouped.flatMap(joiner).mapPartitions(convert)
     if any(_is_rdd(v) for v in values):
         raise SparkConfigError("sources: expected all RDDs or all local iterables, not a mix")

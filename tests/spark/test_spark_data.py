@@ -51,7 +51,9 @@ def test_multi_rdd_join_drops_missing_keys(spark_context) -> None:
     a = spark_context.parallelize([[k, k * 1.5] for k in range(10)], 3)
     b = spark_context.parallelize([[k, k % 3] for k in range(10) if k != 4][::-1], 2)
     spec = MultiDataSetSpec().add_input("a", 1, 2).add_output_one_hot("b", 1, 3)
-    out = records_to_multidatasets({"a": a, "b": b}, spec, batch_size=4, key_columns=0, drop_missing=True)
+    out = records_to_multidatasets(
+        {"a": a, "b": b}, spec, batch_size=4, key_columns=0, drop_missing=True, ordered=True
+    )
     merged = MultiDataSet.merge(out.collect())
     keys = [k for k in range(10) if k != 4]
     np.testing.assert_allclose(merged.features[0][:, 0], [k * 1.5 for k in keys])  # ordered by key

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from psrv.nn.data import (
     DATA_FILE_MAGIC,
     DataSet,
@@ -292,3 +295,35 @@ def test_multidataset_bad_shapes() -> None:
         MultiDataSet([np.zeros((3, 1))], [np.zeros((3, 1))], features_masks=[None, None])
     with pytest.raises(DataError, match="at least one input"):
         MultiDataSet([], [np.zeros((3, 1))])
+
+
+# ------------------------------------------------------------------------------------------------
+# property: any numeric arrays survive the file form exactly
+# ------------------------------------------------------------------------------------------------
+
+_DTYPES = st.sampled_from([np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.bool_])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 6),
+    feature_tail=hnp.array_shapes(min_dims=0, max_dims=3, max_side=4),
+    feature_dtype=_DTYPES,
+    label_dtype=_DTYPES,
+    with_mask=st.booleans(),
+    data=st.data(),
+)
+def test_file_form_round_trips_any_numeric_arrays(
+    n: int, feature_tail: tuple[int, ...], feature_dtype, label_dtype, with_mask: bool, data
+) -> None:
+    features = data.draw(hnp.arrays(feature_dtype, (n, *feature_tail)))
+    labels = data.draw(hnp.arrays(label_dtype, (n, 2)))
+    mask = (
+        data.draw(hnp.arrays(np.float32, (n,), elements=st.sampled_from([0.0, 1.0]))) if with_mask else None
+    )
+    ds = DataSet(features, labels, labels_mask=mask)
+    again = DataSet.from_bytes(ds.to_bytes())
+    assert again.features.dtype == ds.features.dtype and again.features.shape == ds.features.shape
+    np.testing.assert_array_equal(again.features, ds.features)  # NaN compares equal here
+    np.testing.assert_array_equal(again.labels, ds.labels)
+    assert (again.labels_mask is None) == (mask is None)
