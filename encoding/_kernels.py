@@ -4,13 +4,13 @@ Every kernel has explicit signatures (compiled, or loaded from the on-disk cache
 same fixed options, set once in ``_kernel``. They trust their arguments: dtypes, contiguity and ranges
 are checked by the Python wrappers.
 
-Encoding is two passes that together read the vector about once:
-1. ``count_blocks`` (read only, vectorizable): per block of ``BLOCK`` elements, how many reach tau,
-   and whether any value is NaN/inf; it stops at the first block holding a non-finite value.
-2. ``emit_sparse`` / ``emit_bitmap`` revisit only the blocks that hold a hit: they write the message
-   and subtract tau. Blocks without hits are never touched again.
-Both passes take an element range, so a large vector can be split into chunks handled by threads
-(``nogil``) with output identical to one thread: the chunk offsets come from the per-chunk counts.
+Encoding (``encode_range``) is one pass over an element range: each block of ``BLOCK`` elements is
+reduced to its largest |x| with a vectorized integer max over the floats' bits; only blocks that reach
+tau are revisited word by word, while still in cache. NaN/inf stop the pass before their block is
+changed, and the original value of every changed element is logged so the caller can undo the pass
+exactly (``x - tau + tau`` would not always give ``x`` back). A large vector is split into chunks
+encoded by threads (``nogil``); the chunks' outputs are joined in order, so the message is identical
+to the one-thread message.
 """
 
 from __future__ import annotations
@@ -56,50 +56,31 @@ _u8a = types.Array(types.uint64, 1, "C")
 _u1a = types.Array(types.uint8, 1, "C")
 _i8 = types.int64
 _pair = types.UniTuple(types.int64, 2)
+_triple = types.Tuple((types.int64, types.int64, types.boolean))
 
 
-@_kernel([_pair(_u4a, types.uint32, types.uint32, types.uint32, _i8, _i8, _u1a),
-          _pair(_u8a, types.uint64, types.uint64, types.uint64, _i8, _i8, _u1a)])
-def count_blocks(bits, abs_mask, tau_bits, inf_bits, start, stop, block_counts):
-    """Count |x| >= tau per block of [start, stop) into block_counts (start is a multiple of BLOCK).
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _largest_magnitude(bits, abs_mask, lo, hi, full):
+    """The largest |x| of bits[lo:hi], as bits; a full block runs a fixed-length loop that LLVM vectorizes."""
+    block = bits[lo:hi]
+    largest = abs_mask ^ abs_mask
+    if full:
+        for j in range(BLOCK):
+            largest = max(largest, block[j] & abs_mask)
+    else:
+        for j in range(hi - lo):
+            largest = max(largest, block[j] & abs_mask)
+    return largest
 
-    Works on the float's bits (x viewed as uint32/uint64): with the sign masked off, the integer order
-    is the float order, and NaN/inf are the values >= inf_bits. A block is first reduced to its
-    largest |x| (a vectorized integer max); only blocks reaching tau are counted element by element.
-    Returns (count, first_bad): first_bad is -1, or the first index holding NaN/inf (then the count
-    is partial and must not be used).
-    """
-    total = 0
-    zero = tau_bits ^ tau_bits
-    full_blocks = (stop - start) // BLOCK
-    for i in range(full_blocks + 1):
-        lo = start + i * BLOCK
-        hi = min(lo + BLOCK, stop)
-        if lo >= stop:
-            break
-        block = bits[lo:hi]
-        largest = zero
-        if i < full_blocks:  # a fixed trip count: vectorized
-            for j in range(BLOCK):
-                largest = max(largest, block[j] & abs_mask)
-        else:
-            for j in range(hi - lo):
-                largest = max(largest, block[j] & abs_mask)
-        hits = 0
-        if largest >= tau_bits:
-            if largest >= inf_bits:
-                for j in range(hi - lo):
-                    if (block[j] & abs_mask) >= inf_bits:
-                        return total, lo + j
-            if i < full_blocks:
-                for j in range(BLOCK):
-                    hits += 1 if (block[j] & abs_mask) >= tau_bits else 0
-            else:
-                for j in range(hi - lo):
-                    hits += 1 if (block[j] & abs_mask) >= tau_bits else 0
-        block_counts[lo // BLOCK] = hits
-        total += hits
-    return total, -1
+
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _largest_in_word(bits, abs_mask, g):
+    """The largest |x| of the 16 elements from g, as bits."""
+    seg = bits[g:g + WORD_ELEMENTS]
+    largest = abs_mask ^ abs_mask
+    for b in range(WORD_ELEMENTS):
+        largest = max(largest, seg[b] & abs_mask)
+    return largest
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
@@ -124,53 +105,114 @@ def _word_masks(bits, abs_mask, tau_bits, g, stop):
     return values, signs & values
 
 
-@_kernel([_i8(_f4a, _u4a, types.float32, types.uint32, types.uint32, _i8, _i8, _u1a, _u8a, _i4a, _i8),
-          _i8(_f8a, _u8a, types.float64, types.uint64, types.uint64, _i8, _i8, _u1a, _u8a, _i4a, _i8)])
-def emit_sparse(x, bits, tau, abs_mask, tau_bits, start, stop, block_counts, block_groups, out, pos):
-    """Write 1-based signed indices of [start, stop) into out from pos, subtract tau; return the next pos.
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _indices_to_bitmap(indices, count, words):
+    for i in range(count):
+        index = np.int64(indices[i])
+        j = (index if index > 0 else -index) - 1
+        bit = j % WORD_ELEMENTS
+        words[j // WORD_ELEMENTS] |= (1 << bit) | ((1 if index < 0 else 0) << (bit + 16))
 
-    bits is x viewed as unsigned ints. block_groups is block_counts viewed 8 blocks to a word, to skip
-    empty stretches quickly (start is a multiple of 8 * BLOCK).
+
+@_kernel([_triple(_f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32, _i8, _i8, _i4a, _f4a,
+                  _u4a),
+          _triple(_f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64, _i8, _i8, _i4a, _f8a,
+                  _u4a)])
+def encode_range(x, bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indices, originals, words):
+    """Encode x[start:stop] (start a multiple of 16) in one pass; return (count, first_bad, bitmap_mode).
+
+    bits is x viewed as unsigned ints. Blocks of BLOCK elements are first reduced to their largest
+    |x| (vectorized); only blocks reaching tau are visited word by word, while still in cache. A block
+    holding NaN/inf stops the pass before it is touched: first_bad is then its first bad index (else -1)
+    and the caller restores what was changed (restore_sparse / restore_bitmap).
+    Hits go to `indices` (1-based signed, capacity len(indices)) until they would overflow it; then the
+    range switches to bitmap mode: the indices so far become bits of `words` (the global bitmap, zero on
+    entry) and the rest is written there directly. Every hit's original value is logged in `originals`.
     """
-    for group in range(start // (8 * BLOCK), (stop + 8 * BLOCK - 1) // (8 * BLOCK)):
-        if block_groups[group] == 0:
+    capacity = indices.shape[0]
+    count = 0
+    bitmap_mode = False
+    full_blocks = (stop - start) // BLOCK
+    for i in range(full_blocks + 1):
+        lo = start + i * BLOCK
+        if lo >= stop:
+            break
+        hi = min(lo + BLOCK, stop)
+        largest = _largest_magnitude(bits, abs_mask, lo, hi, i < full_blocks)
+        if largest < tau_bits:
             continue
-        for b in range(group * 8, min(group * 8 + 8, (stop + BLOCK - 1) // BLOCK)):
-            if block_counts[b] == 0:
+        if largest >= inf_bits:
+            for j in range(lo, hi):
+                if (bits[j] & abs_mask) >= inf_bits:
+                    return count, j, bitmap_mode
+        for g in range(lo, hi, WORD_ELEMENTS):
+            if g + WORD_ELEMENTS <= hi and _largest_in_word(bits, abs_mask, g) < tau_bits:
+                continue  # a cheap vectorized test first: most words of a visited block hold no hit
+            values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
+            if values == 0:
                 continue
-            lo = b * BLOCK
-            hi = min(lo + BLOCK, stop)
-            for g in range(lo, hi, WORD_ELEMENTS):
-                values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
-                while values:
-                    k = trailing_zeros(values)
-                    values &= values - 1
-                    negative = (signs >> k) & 1
-                    out[pos] = -(g + k + 1) if negative else g + k + 1
-                    pos += 1
-                    x[g + k] -= -tau if negative else tau  # x - (-tau) is exactly x + tau
+            word = values | (signs << 16)
+            if bitmap_mode:
+                words[g // WORD_ELEMENTS] = word
+            while values:
+                k = trailing_zeros(values)
+                values &= values - 1
+                j = g + k
+                negative = (signs >> k) & 1
+                if not bitmap_mode:
+                    if count == capacity:
+                        _indices_to_bitmap(indices, count, words)
+                        words[g // WORD_ELEMENTS] = word
+                        bitmap_mode = True
+                    else:
+                        indices[count] = -(j + 1) if negative else j + 1
+                v = x[j]
+                originals[count] = v
+                count += 1
+                x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
+    return count, -1, bitmap_mode
+
+
+@_kernel([types.void(_i4a, _i8, _u4a)])
+def indices_to_bitmap(indices, count, words):
+    """Set the bitmap bits of the first `count` signed 1-based indices."""
+    _indices_to_bitmap(indices, count, words)
+
+
+@_kernel([_i8(_u4a, _i8, _i8, _i4a, _i8)])
+def bitmap_to_indices(words, first_word, stop_word, out, pos):
+    """Write the signed 1-based indices of words[first_word:stop_word] into out from pos; return next pos."""
+    for w in range(first_word, stop_word):
+        v = np.int64(words[w])
+        values = v & 0xFFFF
+        while values:
+            k = trailing_zeros(values)
+            values &= values - 1
+            j = w * WORD_ELEMENTS + k + 1
+            out[pos] = -j if (v >> (k + 16)) & 1 else j
+            pos += 1
     return pos
 
 
-@_kernel([types.void(_f4a, _u4a, types.float32, types.uint32, types.uint32, _i8, _i8, _u1a, _u8a, _u4a),
-          types.void(_f8a, _u8a, types.float64, types.uint64, types.uint64, _i8, _i8, _u1a, _u8a, _u4a)])
-def emit_bitmap(x, bits, tau, abs_mask, tau_bits, start, stop, block_counts, block_groups, words):
-    """Set the bitmap words of [start, stop) (zero on entry) and subtract tau from every hit."""
-    for group in range(start // (8 * BLOCK), (stop + 8 * BLOCK - 1) // (8 * BLOCK)):
-        if block_groups[group] == 0:
-            continue
-        for b in range(group * 8, min(group * 8 + 8, (stop + BLOCK - 1) // BLOCK)):
-            if block_counts[b] == 0:
-                continue
-            lo = b * BLOCK
-            hi = min(lo + BLOCK, stop)
-            for g in range(lo, hi, WORD_ELEMENTS):
-                values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
-                words[g // WORD_ELEMENTS] = values | (signs << 16)
-                while values:
-                    k = trailing_zeros(values)
-                    values &= values - 1
-                    x[g + k] -= -tau if (signs >> k) & 1 else tau
+@_kernel([types.void(_f4a, _i4a, _i8, _f4a), types.void(_f8a, _i4a, _i8, _f8a)])
+def restore_sparse(x, indices, count, originals):
+    """Undo encode_range in sparse mode: put the logged originals back."""
+    for i in range(count):
+        index = np.int64(indices[i])
+        x[(index if index > 0 else -index) - 1] = originals[i]
+
+
+@_kernel([types.void(_f4a, _u4a, _i8, _i8, _f4a), types.void(_f8a, _u4a, _i8, _i8, _f8a)])
+def restore_bitmap(x, words, first_word, stop_word, originals):
+    """Undo encode_range in bitmap mode: the set bits, in ascending order, match the logged originals."""
+    i = 0
+    for w in range(first_word, stop_word):
+        values = np.int64(words[w]) & 0xFFFF
+        while values:
+            k = trailing_zeros(values)
+            values &= values - 1
+            x[w * WORD_ELEMENTS + k] = originals[i]
+            i += 1
 
 
 @_kernel([_pair(_i4r, _i8)])
@@ -246,8 +288,8 @@ def apply_bitmap(words, target, delta):
                     target[base + k] += delta
 
 
-ALL_KERNELS = (count_blocks, emit_sparse, emit_bitmap, validate_sparse, validate_bitmap, bitmap_count,
-               apply_sparse, apply_bitmap)
+ALL_KERNELS = (encode_range, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
+               validate_sparse, validate_bitmap, bitmap_count, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -89,10 +89,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 def _chunks(n: int, threads: int) -> list[tuple[int, int]]:
-    """Split [0, n) into at most `threads` ranges whose starts are multiples of 8 kernel blocks."""
+    """Split [0, n) into at most `threads` ranges whose starts are multiples of the kernels' block."""
     threads = max(1, min(threads, n // PARALLEL_MIN_ELEMENTS_PER_THREAD))
     step = -(-n // threads)
-    step = -(-step // (8 * k.BLOCK)) * (8 * k.BLOCK)
+    step = -(-step // k.BLOCK) * k.BLOCK
     return [(start, min(start + step, n)) for start in range(0, n, step)]
 
 
@@ -117,39 +117,54 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
     bits_dtype, abs_mask, inf_bits = k.BIT_VIEWS[residual.dtype]
     bits = residual.view(bits_dtype)
     tau_bits = np.array([tau]).view(bits_dtype)[0]
-    blocks = -(-n // k.BLOCK)
-    block_counts = np.zeros(-(-blocks // 8) * 8, dtype=np.uint8)  # whole groups of 8 for the uint64 view
-    block_groups = block_counts.view(np.uint64)
+    words = bitmap_words(n)
     chunks = _chunks(n, threads)
-    run = _run_serial if len(chunks) == 1 else _pool(len(chunks)).map
+    # scratch: each chunk's indices (capacity: its words), the originals log, and the would-be bitmap
+    indices = np.empty(words, dtype=np.int32)
+    originals = np.empty(n, dtype=residual.dtype)
+    bitmap_message = np.zeros(HEADER_WORDS + words, dtype=np.int32)
+    bitmap = bitmap_message[HEADER_WORDS:].view(np.uint32)
+    word_ranges = [(lo // k.WORD_ELEMENTS, -(-hi // k.WORD_ELEMENTS)) for lo, hi in chunks]
 
-    counts = list(run(lambda c: k.count_blocks(bits, abs_mask, tau_bits, inf_bits, c[0], c[1], block_counts),
-                      chunks))
-    for _, first_bad in counts:
-        if first_bad >= 0:
-            raise NonFiniteResidualError(int(first_bad), float(residual[first_bad]))
-    total = sum(int(c) for c, _ in counts)
+    def run_chunk(c: int) -> tuple[int, int, bool]:
+        (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
+        return k.encode_range(residual, bits, tau, abs_mask, tau_bits, inf_bits, lo, hi, indices[w0:w1],
+                              originals[lo:hi], bitmap)
+
+    run = _run_serial if len(chunks) == 1 else _pool(len(chunks)).map
+    results = list(run(run_chunk, range(len(chunks))))
+
+    bad = [first_bad for _, first_bad, _ in results if first_bad >= 0]
+    if bad:
+        for c, (count, _, bitmap_mode) in enumerate(results):
+            (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
+            if bitmap_mode:
+                k.restore_bitmap(residual, bitmap, w0, w1, originals[lo:hi])
+            else:
+                k.restore_sparse(residual, indices[w0:w1], count, originals[lo:hi])
+        raise NonFiniteResidualError(int(bad[0]), float(residual[bad[0]]))
+
+    total = sum(count for count, _, _ in results)
     if total == 0:
         return None
-
-    words = bitmap_words(n)
     if total < words:
         message = np.empty(HEADER_WORDS + total, dtype=np.int32)
         message[:HEADER_WORDS] = (total, n, _tau_bits(tau32), SPARSE)
-        offsets = np.cumsum([HEADER_WORDS] + [int(c) for c, _ in counts[:-1]])  # each chunk's first slot
-
-        def emit(chunk: tuple[int, int], offset: int) -> int:
-            return k.emit_sparse(residual, bits, tau, abs_mask, tau_bits, chunk[0], chunk[1], block_counts,
-                                 block_groups, message, int(offset))
-
-        list(run(emit, chunks, offsets))
-    else:
-        message = np.zeros(HEADER_WORDS + words, dtype=np.int32)
-        message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
-        bitmap = message[HEADER_WORDS:].view(np.uint32)
-        list(run(lambda c: k.emit_bitmap(residual, bits, tau, abs_mask, tau_bits, c[0], c[1], block_counts,
-                                         block_groups, bitmap), chunks))
-    return message
+        pos = HEADER_WORDS
+        for c, (count, _, bitmap_mode) in enumerate(results):
+            w0, w1 = word_ranges[c]
+            if bitmap_mode:
+                pos = k.bitmap_to_indices(bitmap, w0, w1, message, pos)
+            else:
+                message[pos:pos + count] = indices[w0:w0 + count]
+                pos += count
+        return message
+    for c, (count, _, bitmap_mode) in enumerate(results):
+        if not bitmap_mode:
+            w0, w1 = word_ranges[c]
+            k.indices_to_bitmap(indices[w0:w1], count, bitmap)
+    bitmap_message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
+    return bitmap_message
 
 
 def _run_serial(function, *iterables):

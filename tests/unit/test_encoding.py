@@ -424,3 +424,27 @@ def test_random_messages_are_either_valid_or_rejected_cleanly(words, n) -> None:
         reference = np.zeros(n, dtype=np.float32)
         reference_decode(message, reference)
         np.testing.assert_array_equal(target, reference)
+
+
+def test_a_dense_chunk_inside_a_sparse_message(small_chunks) -> None:
+    # the first chunk alone overflows its share of a sparse message, the whole vector does not
+    x = np.zeros(4096, dtype=np.float32)
+    x[:100] = np.where(np.arange(100) % 2, 2.0, -2.0)
+    single, multi = x.copy(), x.copy()
+    expected = reference_encode(x.copy(), 1.0)
+    assert message_info(expected).form == "sparse"
+    np.testing.assert_array_equal(encode(single, 1.0), expected)
+    np.testing.assert_array_equal(encode(multi, 1.0, threads=4), expected)
+    np.testing.assert_array_equal(single, multi)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_non_finite_after_the_encoder_switched_to_bitmap(small_chunks, threads) -> None:
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(4096) * 3).astype(np.float32)  # most elements reach tau: bitmap
+    x[3000] = -np.inf
+    before = x.copy()
+    with pytest.raises(NonFiniteResidualError) as caught:
+        encode(x, 0.5, threads=threads)
+    assert caught.value.index == 3000
+    np.testing.assert_array_equal(uint_view(x), uint_view(before))
