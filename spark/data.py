@@ -850,8 +850,12 @@ def list_paths(
     out = []
     for uri in found:
         name = uri.rstrip("/").rsplit("/", 1)[-1]
-        if _visible(name) and (suffix is None or name.endswith(suffix)):
-            out.append(urlparse(uri).path if plain and uri.startswith("file:") else uri)
+        if not _visible(name) or (suffix is not None and not name.endswith(suffix)):
+            continue
+        if uri.startswith("file:"):  # Hadoop writes "file:/x"; answer in the form the caller used
+            local = urlparse(uri).path
+            uri = local if plain else ("file://" + local if directory.startswith("file://") else uri)
+        out.append(uri)
     return sorted(out)
 
 

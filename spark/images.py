@@ -334,13 +334,15 @@ def pack_images(
     label_pattern: str | None = None,
     spark_context: SparkContext | None = None,
     min_partitions: int | None = None,
+    through_driver: bool | None = None,
 ) -> PackedImages:
     """Pack the images under ``source`` into batch files under ``output``.
 
     Without ``label_pattern`` the images sit in class subfolders (``source/<class>/<file>``); with it,
     directly in ``source`` and the pattern takes the label from each file name. With
     ``spark_context`` the images are read with ``binaryFiles`` (any Hadoop URI) and packed by the
-    executors; non-local outputs are written through the driver. Images are ordered by path.
+    executors; non-local outputs (or any, with ``through_driver=True``) are written by the driver
+    through Spark's Hadoop file system. Images are ordered by path.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise SparkConfigError(f"batch_size: expected a positive int, got {batch_size!r}")
@@ -374,7 +376,8 @@ def pack_images(
     else:
         found = []
     classes = _resolve_classes(found, class_names)
-    through_driver = not is_local_path(directory)
+    if through_driver is None:
+        through_driver = not is_local_path(directory)
     packer = _Packer(directory, batch_size, classes, label_pattern, not through_driver)
     produced = images.mapPartitionsWithIndex(packer)
     paths, count = [], 0
