@@ -272,22 +272,22 @@ class Conv2D(Layer):
     def forward(self, x, training, rng):
         n = x.shape[0]
         _, oh, ow = self.output_shape
-        cols = conv.im2col(x, self.kh, self.kw, self.stride, self.pad)
-        z = cols @ self.params["W"].reshape(self.filters, -1).T
-        z += self.params["b"]
-        z = z.reshape(n, oh, ow, self.filters).transpose(0, 3, 1, 2)
+        cols = conv.im2col(x, self.kh, self.kw, self.stride, self.pad)  # (C*kh*kw, N*OH*OW)
+        z = self.params["W"].reshape(self.filters, -1) @ cols  # (F, N*OH*OW)
+        z += self.params["b"][:, None]
+        z = z.reshape(self.filters, n, oh, ow).transpose(1, 0, 2, 3)  # NCHW view, channel-major memory
         a = self.activation.forward(z)
         return a, (cols, z, a, x.shape)
 
     def backward(self, dy, cache, need_dx=True):
         cols, z, a, x_shape = cache
         dz = self.activation.backward(dy, z, a)
-        d2 = np.ascontiguousarray(dz.transpose(0, 2, 3, 1)).reshape(-1, self.filters)
-        np.matmul(d2.T, cols, out=self.grads["W"].reshape(self.filters, -1))
-        np.sum(d2, axis=0, out=self.grads["b"])
+        d2 = dz.transpose(1, 0, 2, 3).reshape(self.filters, -1)  # free when dz kept channel-major
+        np.matmul(d2, cols.T, out=self.grads["W"].reshape(self.filters, -1))
+        np.sum(d2, axis=1, out=self.grads["b"])
         if not need_dx:
             return None
-        dcols = d2 @ self.params["W"].reshape(self.filters, -1)
+        dcols = self.params["W"].reshape(self.filters, -1).T @ d2
         return conv.col2im(dcols, x_shape, self.kh, self.kw, self.stride, self.pad)
 
     def get_config(self) -> dict[str, Any]:
@@ -321,17 +321,53 @@ class MaxPool2D(Layer):
             raise ConfigError(f"MaxPool2D window {self.ph}x{self.pw} does not fit input {h}x{w}")
         return (c, oh, ow)
 
+    def _tiles(self) -> bool:
+        """Non-overlapping windows (stride == pool size): the fast reshape path."""
+        return self.stride == self.ph == self.pw
+
     def forward(self, x, training, rng):
-        win = conv.windows(x, self.ph, self.pw, self.stride, 0)
-        flat = win.reshape(*win.shape[:4], self.ph * self.pw)
+        # pooling treats N and C alike: work in whichever order is contiguous in memory (a conv layer
+        # hands over channel-major data), so the reshapes below stay free
+        swap = not x.flags.c_contiguous and x.transpose(1, 0, 2, 3).flags.c_contiguous
+        xx = x.transpose(1, 0, 2, 3) if swap else x
+        a, b = xx.shape[:2]
+        _, oh, ow = self.output_shape
+        if self._tiles():
+            p = self.ph
+            flat = (
+                xx[:, :, : oh * p, : ow * p]
+                .reshape(a, b, oh, p, ow, p)
+                .transpose(0, 1, 2, 4, 3, 5)
+                .reshape(a, b, oh, ow, p * p)
+            )
+        else:
+            win = conv.windows(xx, self.ph, self.pw, self.stride, 0)
+            flat = win.reshape(a, b, oh, ow, self.ph * self.pw)
         idx = flat.argmax(axis=-1)
         y = np.take_along_axis(flat, idx[..., None], axis=-1)[..., 0]
-        return y, (idx, x.shape)
+        return (y.transpose(1, 0, 2, 3) if swap else y), (idx, xx.shape, swap)
 
     def backward(self, dy, cache, need_dx=True):
-        idx, x_shape = cache
-        dx = np.zeros(x_shape, dtype=dy.dtype)
+        idx, x_shape, swap = cache
+        if swap:
+            dy = dy.transpose(1, 0, 2, 3)
+        dx = self._backward(dy, idx, x_shape)
+        return dx.transpose(1, 0, 2, 3) if swap else dx
+
+    def _backward(self, dy: np.ndarray, idx: np.ndarray, x_shape: tuple[int, ...]) -> np.ndarray:
+        n, c, h, w = x_shape
         oh, ow = idx.shape[2:]
+        if self._tiles():
+            p = self.ph
+            dwin = np.zeros((n, c, oh, ow, p * p), dtype=dy.dtype)
+            np.put_along_axis(dwin, idx[..., None], dy[..., None], axis=-1)
+            tiles = dwin.reshape(n, c, oh, ow, p, p).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, oh * p, ow * p)
+            if oh * p == h and ow * p == w:
+                return tiles
+            dx = np.zeros(x_shape, dtype=dy.dtype)
+            dx[:, :, : oh * p, : ow * p] = tiles
+            return dx
+        dx = np.zeros(x_shape, dtype=dy.dtype)
         h_span, w_span = self.stride * (oh - 1) + 1, self.stride * (ow - 1) + 1
         for i in range(self.ph):
             for j in range(self.pw):

@@ -140,3 +140,12 @@ def test_conv_matches_direct_convolution() -> None:
             for j in range(5):
                 ref[:, f, i, j] = (xp[:, :, i : i + 3, j : j + 3] * w[f]).sum(axis=(1, 2, 3)) + b[f]
     np.testing.assert_allclose(out, ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("pool", [MaxPool2D(2), MaxPool2D((2, 2), stride=1)])
+def test_pool_on_contiguous_input_with_remainder(pool) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 2, 5, 5))  # 5x5: the 2x2 tiles leave a row and a column out
+    y = np.eye(3)[[1, 0, 2]]
+    net = Network([pool, Dense(4, "tanh"), Output(3)], input_shape=(2, 5, 5), seed=2, dtype="float64")
+    _check_gradient(net, x, y)
