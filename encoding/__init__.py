@@ -7,6 +7,7 @@ The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DI
 
 from __future__ import annotations
 
+from psrv.encoding._kernels import load_all as preload_kernels
 from psrv.encoding.codec import MessageInfo, decode, encode, float32_threshold, message_info
 from psrv.encoding.errors import (
     EncodingError,
@@ -43,5 +44,6 @@ __all__ = [
     "float32_threshold",
     "message_info",
     "post_processor_from_state",
+    "preload_kernels",
     "threshold_algorithm_from_state",
 ]

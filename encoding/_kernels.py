@@ -1,6 +1,6 @@
 """numba kernels of the threshold codec (private: the checked wrappers live in codec.py).
 
-Every kernel has explicit signatures (compiled, or loaded from the on-disk cache, at import) and the
+Every kernel has explicit signatures (compiled, or loaded from the on-disk cache, on first use) and the
 same fixed options, set once in ``_kernel``. They trust their arguments: dtypes, contiguity and ranges
 are checked by the Python wrappers.
 
@@ -40,10 +40,45 @@ BAD_PADDING = 5
 
 
 
+KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False,
+                  "error_model": "numpy"}
+
+
+class _LazyKernel:
+    """A kernel whose numba dispatcher is built on its first call (compiled, or loaded from the cache).
+
+    Loading is deferred so ``import psrv.encoding`` stays cheap and a process pays only for the kernels
+    it uses; the signatures are explicit all the same, so nothing is compiled for unexpected types.
+    """
+
+    def __init__(self, function, signatures) -> None:
+        self.function = function
+        self.signatures = signatures
+        self.__name__ = function.__name__
+        self.__doc__ = function.__doc__
+        self._dispatcher = None
+
+    @property
+    def dispatcher(self):
+        if self._dispatcher is None:
+            self._dispatcher = numba.njit(self.signatures, **KERNEL_OPTIONS)(self.function)
+        return self._dispatcher
+
+    @property
+    def loaded(self) -> bool:
+        return self._dispatcher is not None
+
+    def __call__(self, *args):
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            dispatcher = self.dispatcher
+        return dispatcher(*args)
+
+
 def _kernel(signatures):
-    """The one decorator of every kernel: explicit signatures, disk cache, GIL released, strict IEEE math."""
-    return numba.njit(signatures, cache=True, nogil=True, fastmath=False, boundscheck=False,
-                      error_model="numpy")
+    """The one decorator of every kernel: explicit signatures and the fixed KERNEL_OPTIONS (disk cache,
+    GIL released, strict IEEE math), built lazily."""
+    return lambda function: _LazyKernel(function, signatures)
 
 
 _f4a = types.Array(types.float32, 1, "C")
@@ -286,6 +321,12 @@ def apply_bitmap(words, target, delta):
                     target[base + k] -= delta
                 else:
                     target[base + k] += delta
+
+
+def load_all() -> None:
+    """Build every kernel now (e.g. to fill the on-disk cache before workers start)."""
+    for kernel in ALL_KERNELS:
+        _ = kernel.dispatcher
 
 
 ALL_KERNELS = (encode_range, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
