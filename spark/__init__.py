@@ -1,1 +1,41 @@
 """psrv.spark: training masters, SparkNetwork, data pipelines, distributed evaluation and inference, stats."""
+
+from __future__ import annotations
+
+from psrv.spark.errors import (
+    EvaluationFileError,
+    ExportError,
+    FatalSparkError,
+    PrefetchTimeoutError,
+    RetryableSparkError,
+    SparkConfigError,
+    SparkError,
+    SparkInputError,
+    TrainingJobError,
+)
+from psrv.spark.evaluation import load_evaluations, save_evaluations
+from psrv.spark.network import SparkNetwork
+from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
+from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_repartition, repartition_rdd
+from psrv.spark.prefetch import PrefetchingIterator
+
+__all__ = [
+    "EvaluationFileError",
+    "ExportError",
+    "FatalSparkError",
+    "ParameterAveragingTrainingMaster",
+    "PrefetchTimeoutError",
+    "PrefetchingIterator",
+    "Repartition",
+    "RepartitionStrategy",
+    "RetryableSparkError",
+    "SparkConfigError",
+    "SparkError",
+    "SparkInputError",
+    "SparkNetwork",
+    "TrainingJobError",
+    "balanced_repartition",
+    "load_evaluations",
+    "repartition_rdd",
+    "save_evaluations",
+]

@@ -124,3 +124,17 @@ def _ship_test_module_by_value(request) -> None:
 def spark_context(spark):
     """The SparkContext of the session-wide SparkSession."""
     return spark.sparkContext
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """scikit-learn's digits as (train, test) DataSets: 64 features scaled to [0, 1], one-hot labels."""
+    import numpy as np
+    from psrv.nn.data import DataSet
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    features = (data.data / 16.0).astype(np.float32)
+    full = DataSet.from_class_indices(features, data.target.astype(np.int64), 10)
+    return full.split(0.75, seed=7)
+

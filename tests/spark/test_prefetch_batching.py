@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-
 from psrv.nn.data import DataSet
 from psrv.spark.batching import rebatch
 from psrv.spark.errors import PrefetchTimeoutError, SparkConfigError, SparkInputError
@@ -17,7 +16,8 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def _examples(n: int, width: int = 3) -> list[DataSet]:
-    return [DataSet(np.full((1, width), i, np.float32), np.eye(2, dtype=np.float32)[[i % 2]]) for i in range(n)]
+    one_hot = np.eye(2, dtype=np.float32)
+    return [DataSet(np.full((1, width), i, np.float32), one_hot[[i % 2]]) for i in range(n)]
 
 
 @pytest.mark.parametrize("num_batches", [0, 1, 3])

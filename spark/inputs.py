@@ -1,0 +1,101 @@
+"""Turning what a user hands ``SparkNetwork.fit`` into an RDD of DataSets.
+
+A DataFrame needs a features column (array of numbers or an ML ``Vector``) and a label column
+(a class index for classifiers, which becomes one-hot; a number or array for regression).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.nn.data import DataSet
+from psrv.spark.errors import SparkInputError
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+
+ROWS_PER_DATASET = 256
+
+
+def is_dataframe(data: Any) -> bool:
+    try:
+        from pyspark.sql import DataFrame
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return False
+    return isinstance(data, DataFrame)
+
+
+def _vector(value: Any, column: str) -> np.ndarray:
+    if hasattr(value, "toArray"):
+        value = value.toArray()
+    if value is None:
+        raise SparkInputError(f"DataFrame column {column!r}: expected numbers, got a null")
+    return np.asarray(value, dtype=np.float32)
+
+
+def _rows_to_datasets(
+    features_col: str, label_col: str, num_classes: int | None
+) -> Any:
+    def convert(rows: Iterator[Any]) -> Iterator[DataSet]:
+        features: list[np.ndarray] = []
+        labels: list[np.ndarray] = []
+
+        def flush() -> DataSet:
+            x = np.stack(features)
+            y = np.stack(labels)
+            if num_classes is not None:
+                index = y.reshape(-1).astype(np.int64)
+                if index.size and (index.min() < 0 or index.max() >= num_classes):
+                    raise SparkInputError(
+                        f"DataFrame column {label_col!r}: expected class indices in [0, {num_classes}), got "
+                        f"range [{int(index.min())}, {int(index.max())}]"
+                    )
+                y = np.eye(num_classes, dtype=np.float32)[index]
+            elif y.ndim == 1:
+                y = y.reshape(-1, 1)
+            return DataSet(x, y.astype(np.float32))
+
+        for row in rows:
+            features.append(_vector(row[features_col], features_col))
+            label = _vector(row[label_col], label_col)
+            if num_classes is not None and label.size != 1:
+                raise SparkInputError(
+                    f"DataFrame column {label_col!r}: expected one class index per row, got "
+                    f"{label.size} values"
+                )
+            labels.append(label.reshape(-1) if num_classes is None else label.reshape(()))
+            if len(features) == ROWS_PER_DATASET:
+                yield flush()
+                features, labels = [], []
+        if features:
+            yield flush()
+
+    return convert
+
+
+def dataframe_to_datasets(
+    frame: Any, *, features_col: str = "features", label_col: str = "label", num_classes: int | None = None
+) -> RDD:
+    """An RDD of DataSets from a DataFrame; ``num_classes`` one-hot encodes a class-index label column."""
+    missing = [c for c in (features_col, label_col) if c not in frame.columns]
+    if missing:
+        raise SparkInputError(
+            f"DataFrame lacks column(s) {missing}: expected a features column {features_col!r} and a label "
+            f"column {label_col!r}, got columns {frame.columns}"
+        )
+    return frame.select(features_col, label_col).rdd.mapPartitions(
+        _rows_to_datasets(features_col, label_col, num_classes)
+    )
+
+
+def classes_of(network: Any) -> int | None:
+    """The number of classes a network's output layer predicts (None for regression outputs)."""
+    layer = getattr(network, "output_layer", None)
+    loss = getattr(getattr(layer, "loss", None), "name", None)
+    if loss == "mse":
+        return None
+    if getattr(network, "num_outputs", 0) == 1:
+        return None  # a single sigmoid output takes the 0/1 label as it is
+    return int(network.num_outputs)

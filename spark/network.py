@@ -1,0 +1,157 @@
+"""SparkNetwork: a psrv network trained and evaluated on a Spark cluster (DL4J's SparkDl4jMultiLayer).
+
+Training is delegated to a training master (parameter averaging, or gradient sharing); evaluation
+and inference need no master: the network travels to the executors as configuration + flat
+vectors and partial results are merged on the way back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psrv.spark import evaluation as distributed
+from psrv.spark.batching import check_batch_size
+from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.inputs import classes_of, dataframe_to_datasets, is_dataframe
+from psrv.spark.payload import NetworkPayload
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVAL_BATCH_SIZE = 64
+
+
+class SparkNetwork:
+    """Train, evaluate and run a psrv ``Network`` on Spark.
+
+    ``network`` is the driver's network: ``fit`` updates it in place (and returns it);
+    ``training_master`` may be None when the network is only evaluated or used for inference.
+    """
+
+    def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
+                 eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE, features_col: str = "features",
+                 label_col: str = "label") -> None:
+        if spark_context is None or not hasattr(spark_context, "parallelize"):
+            raise SparkConfigError(f"expected a SparkContext, got {type(spark_context).__name__}")
+        if hasattr(spark_context, "sparkContext") and not hasattr(spark_context, "defaultParallelism"):
+            spark_context = spark_context.sparkContext
+        for attribute in ("params", "get_config", "output"):
+            if not hasattr(network, attribute):
+                raise SparkConfigError(f"expected a psrv.nn.Network, got {type(network).__name__}")
+        self.spark_context = spark_context
+        self.network = network
+        self.training_master = training_master
+        self.eval_batch_size = check_batch_size(eval_batch_size, "eval_batch_size")
+        self.features_col = features_col
+        self.label_col = label_col
+
+    def __repr__(self) -> str:
+        return f"SparkNetwork({self.network!r}, training_master={self.training_master!r})"
+
+    # -- data ---------------------------------------------------------------------------------------
+    def _as_rdd(self, data: Any) -> RDD:
+        if is_dataframe(data):
+            return dataframe_to_datasets(data, features_col=self.features_col, label_col=self.label_col,
+                                         num_classes=classes_of(self.network))
+        if not hasattr(data, "mapPartitions"):
+            raise SparkInputError(f"expected an RDD of DataSets or a DataFrame, got {type(data).__name__}")
+        return data
+
+    def _master(self) -> Any:
+        if self.training_master is None:
+            raise SparkConfigError(
+                "this SparkNetwork has no training master: pass one, e.g. "
+                "SparkNetwork(sc, network, ParameterAveragingTrainingMaster())"
+            )
+        return self.training_master
+
+    # -- training -----------------------------------------------------------------------------------
+    def fit(self, data: Any) -> Any:
+        """One epoch over an RDD of DataSets (or a DataFrame with feature and label columns)."""
+        self._master().execute_training(self.spark_context, self.network, self._as_rdd(data))
+        return self.network
+
+    def fit_paths(self, paths_rdd: RDD, loader: Any | None = None) -> Any:
+        """One epoch over minibatch files; ``loader.load(path) -> DataSet`` (default: psrv's file form)."""
+        self._master().execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
+        return self.network
+
+    def get_network(self) -> Any:
+        """The driver's network (trained in place by ``fit``)."""
+        return self.network
+
+    def get_score(self) -> float | None:
+        """Mean training loss of the last averaging round / last fit, if known."""
+        return getattr(self.training_master, "last_score", None)
+
+    def get_training_stats(self) -> list[dict[str, Any]]:
+        """Per-worker wall-clock events collected with ``collect_training_stats=True``."""
+        return list(getattr(self.training_master, "training_stats", []) or [])
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    def _payload(self) -> NetworkPayload:
+        return NetworkPayload.from_network(self.network)
+
+    def do_evaluation(self, data: Any, batch_size: int | None, evaluations: Sequence[Any]) -> list[Any]:
+        """Several evaluations in one pass over ``data``; returns new merged results, in order."""
+        return distributed.do_evaluation(self.spark_context, self._payload(), self._as_rdd(data),
+                                         batch_size or self.eval_batch_size, evaluations)
+
+    def do_evaluation_paths(self, paths_rdd: RDD, batch_size: int | None, evaluations: Sequence[Any],
+                            loader: Any | None = None) -> list[Any]:
+        """As :meth:`do_evaluation`, over minibatch files read with ``loader`` (default: psrv's form)."""
+        from psrv.nn.data import FileDataSetLoader
+
+        return distributed.do_evaluation(self.spark_context, self._payload(), paths_rdd,
+                                         batch_size or self.eval_batch_size, evaluations,
+                                         loader=loader or FileDataSetLoader())
+
+    def _classification(self) -> Any:
+        from psrv.nn.evaluation import Evaluation
+
+        classes = classes_of(self.network)
+        return Evaluation(num_classes=classes if classes is not None else 2)
+
+    def evaluate(self, data: Any, batch_size: int | None = None) -> Any:
+        """Classification metrics (accuracy, precision, recall, F1, confusion matrix)."""
+        return self.do_evaluation(data, batch_size, [self._classification()])[0]
+
+    def evaluate_paths(self, paths_rdd: RDD, loader: Any | None = None, batch_size: int | None = None) -> Any:
+        return self.do_evaluation_paths(paths_rdd, batch_size, [self._classification()], loader)[0]
+
+    def evaluate_roc(self, data: Any, threshold_steps: int = 0, batch_size: int | None = None) -> Any:
+        """Binary ROC (exact when ``threshold_steps`` is 0)."""
+        from psrv.nn.evaluation import ROC
+
+        return self.do_evaluation(data, batch_size, [ROC(threshold_steps)])[0]
+
+    def evaluate_roc_multi_class(self, data: Any, threshold_steps: int = 0,
+                                 batch_size: int | None = None) -> Any:
+        """One-vs-all ROC per class."""
+        from psrv.nn.evaluation import ROCMultiClass
+
+        return self.do_evaluation(data, batch_size, [ROCMultiClass(threshold_steps)])[0]
+
+    def evaluate_regression(self, data: Any, batch_size: int | None = None) -> Any:
+        """MSE, MAE, RMSE, R^2 per output column."""
+        from psrv.nn.evaluation import RegressionEvaluation
+
+        return self.do_evaluation(data, batch_size, [RegressionEvaluation()])[0]
+
+    # -- inference ----------------------------------------------------------------------------------
+    def feed_forward_with_key(self, pair_rdd: RDD, batch_size: int | None = None) -> RDD:
+        """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example."""
+        return distributed.feed_forward_with_key(self.spark_context, self._payload(), pair_rdd,
+                                                 batch_size or self.eval_batch_size)
+
+    # -- results on disk ----------------------------------------------------------------------------
+    def save_evaluations(self, evaluations: Any, path: str) -> None:
+        """JSON file at a local path or any Spark (Hadoop) file system URI."""
+        distributed.save_evaluations(evaluations, path, self.spark_context)
+
+    def load_evaluations(self, path: str) -> list[Any]:
+        return distributed.load_evaluations(path, self.spark_context)

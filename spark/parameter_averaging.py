@@ -1,0 +1,278 @@
+"""Synchronous parameter averaging entirely in Spark (DL4J's ParameterAveragingTrainingMaster).
+
+Each round: broadcast the parameters (and updater state), every worker fits
+``averaging_frequency`` minibatches of its share, the results are tree-aggregated and averaged
+on the driver. Rounds repeat until every minibatch of the data was used once (one epoch per
+``fit`` call).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.nn.data import FileDataSetLoader
+from psrv.spark.batching import as_dataset, check_batch_size, rebatch
+from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.export import export_minibatches, new_export_directory, remove_export
+from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
+from psrv.spark.payload import NetworkPayload, set_counters
+from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.worker import EventLog, partition_id, training_network, worker_id
+
+if TYPE_CHECKING:
+    from pyspark import RDD, Broadcast, SparkContext
+
+log = logging.getLogger(__name__)
+
+TRAINING_APPROACHES = ("export", "direct")
+
+
+class RoundResult:
+    """Sums over the workers of one round (so that tree aggregation is a plain add)."""
+
+    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events")
+
+    def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
+                 examples: int, events: list[dict[str, Any]]) -> None:
+        self.params = params
+        self.updater_state = updater_state
+        self.workers = 1
+        self.steps = steps
+        self.max_steps = steps
+        self.loss_sum = loss_sum
+        self.examples = examples
+        self.events = events
+
+
+def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
+    if left is None:
+        return right
+    if right is None:
+        return left
+    left.params += right.params
+    if left.updater_state is not None and right.updater_state is not None:
+        left.updater_state += right.updater_state
+    left.workers += right.workers
+    left.steps += right.steps
+    left.max_steps = max(left.max_steps, right.max_steps)
+    left.loss_sum += right.loss_sum
+    left.examples += right.examples
+    left.events.extend(right.events)
+    return left
+
+
+def _round_trainer(
+    payload: Broadcast, loader: Any | None, prefetch: int, collect_stats: bool, round_number: int
+) -> Callable[[Iterator[Any]], Iterator[RoundResult]]:
+    def train(items: Iterator[Any]) -> Iterator[RoundResult]:
+        items = iter(items)
+        first = next(items, None)
+        if first is None:
+            return  # an empty share: this worker sits the round out, the average skips it
+        events = EventLog(collect_stats, worker=worker_id(), partition=partition_id(), round=round_number)
+        started = events.now()
+        network = training_network(payload.value)
+        events.add("setup", started, events.now())
+
+        def source() -> Iterator[Any]:
+            yield first
+            yield from items
+
+        batches = (loader.load(path) for path in source()) if loader is not None else source()
+        steps, loss_sum, examples = 0, 0.0, 0
+        with PrefetchingIterator(batches, prefetch) as prefetched:
+            while True:
+                wait_start = events.now()
+                batch = next(prefetched, None)
+                if batch is None:
+                    break
+                batch = as_dataset(batch)
+                step_start = events.now()
+                events.add("wait", wait_start, step_start)
+                update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
+                network.apply_update(update)
+                events.add("fit", step_start, events.now(), loss=float(loss), examples=batch.num_examples,
+                           iteration=int(network.iteration))
+                steps += 1
+                loss_sum += float(loss) * batch.num_examples
+                examples += batch.num_examples
+        with_updater = payload.value.updater_state is not None
+        yield RoundResult(
+            network.params.astype(np.float64),
+            network.updater_state.astype(np.float64) if with_updater else None,
+            steps,
+            loss_sum,
+            examples,
+            events.events,
+        )
+
+    return train
+
+
+class ParameterAveragingTrainingMaster:
+    """Synchronous data-parallel training by averaging parameters every few minibatches.
+
+    ``batch_size_per_worker`` examples per minibatch; every ``averaging_frequency`` minibatches per
+    worker the parameters (and, with ``save_updater``, the updater state) are averaged. The number
+    of workers is Spark's default parallelism (the total executor cores).
+    """
+
+    def __init__(
+        self,
+        batch_size_per_worker: int = 16,
+        averaging_frequency: int = 5,
+        save_updater: bool = True,
+        worker_prefetch_num_batches: int = 2,
+        rdd_training_approach: str = "export",
+        export_directory: str | None = None,
+        repartition: str = "always",
+        repartition_strategy: str = "balanced",
+        aggregation_depth: int = 2,
+        collect_training_stats: bool = False,
+    ) -> None:
+        self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
+        self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")
+        self.save_updater = bool(save_updater)
+        if not isinstance(worker_prefetch_num_batches, int) or worker_prefetch_num_batches < 0:
+            raise SparkConfigError(
+                f"worker_prefetch_num_batches: expected an int >= 0, got {worker_prefetch_num_batches!r}"
+            )
+        self.worker_prefetch_num_batches = worker_prefetch_num_batches
+        if rdd_training_approach not in TRAINING_APPROACHES:
+            raise SparkConfigError(
+                f"rdd_training_approach: expected one of {TRAINING_APPROACHES}, got {rdd_training_approach!r}"
+            )
+        self.rdd_training_approach = rdd_training_approach
+        self.export_directory = export_directory
+        self.repartition = parse_repartition(repartition)
+        self.repartition_strategy = parse_strategy(repartition_strategy)
+        self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
+        self.collect_training_stats = bool(collect_training_stats)
+        self.training_stats: list[dict[str, Any]] = []
+        self.last_score: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"ParameterAveragingTrainingMaster(batch_size_per_worker={self.batch_size_per_worker}, "
+            f"averaging_frequency={self.averaging_frequency}, approach={self.rdd_training_approach!r})"
+        )
+
+    # -- entry points (called by SparkNetwork) ---------------------------------------------------
+    def num_workers(self, spark_context: SparkContext) -> int:
+        return max(1, int(spark_context.defaultParallelism))
+
+    def execute_training(self, spark_context: SparkContext, network: Any, rdd: RDD) -> None:
+        """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
+        workers = self.num_workers(spark_context)
+        data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
+        if self.rdd_training_approach == "export":
+            started = time.time()
+            directory = new_export_directory(self.export_directory)
+            try:
+                paths = export_minibatches(data, self.batch_size_per_worker, directory)
+                self._driver_event("export", started, time.time(), minibatches=len(paths))
+                self._train_paths(spark_context, network, paths, FileDataSetLoader())
+            finally:
+                remove_export(directory)
+        else:
+            self._train_direct(spark_context, network, data)
+        network.epoch = network.epoch + 1
+
+    def execute_training_paths(self, spark_context: SparkContext, network: Any, paths_rdd: RDD,
+                               loader: Any | None = None) -> None:
+        """One epoch over minibatch files (one minibatch per path, read with ``loader``)."""
+        paths = paths_rdd.collect()
+        bad = [p for p in paths[:5] if not isinstance(p, str)]
+        if bad:
+            raise SparkInputError(f"fit_paths: expected an RDD of path strings, got {type(bad[0]).__name__}")
+        self._train_paths(spark_context, network, paths, loader or FileDataSetLoader())
+        network.epoch = network.epoch + 1
+
+    # -- the rounds ------------------------------------------------------------------------------
+    def _order(self, network: Any, count: int) -> np.ndarray:
+        """A fresh order of the minibatches each epoch (reproducible from the network's seed)."""
+        return np.random.default_rng([int(network.seed), int(network.epoch), 17]).permutation(count)
+
+    def _train_paths(
+        self, spark_context: SparkContext, network: Any, paths: Sequence[str], loader: Any
+    ) -> None:
+        if not paths:
+            raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+        workers = self.num_workers(spark_context)
+        order = self._order(network, len(paths))
+        shuffled = [paths[i] for i in order]
+        per_round = workers * self.averaging_frequency
+        rounds = math.ceil(len(shuffled) / per_round)
+        for number in range(rounds):
+            share = shuffled[number * per_round:(number + 1) * per_round]
+            used = min(workers, len(share))
+            self._round(spark_context, network, spark_context.parallelize(share, used), loader, number)
+
+    def _train_direct(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+        batch_size = self.batch_size_per_worker
+        minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size)).zipWithIndex()
+        minibatches = minibatches.map(lambda pair: (pair[1], pair[0])).cache()
+        try:
+            count = minibatches.count()
+            if count == 0:
+                raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+            workers = self.num_workers(spark_context)
+            position = np.empty(count, dtype=np.int64)
+            position[self._order(network, count)] = np.arange(count)
+            positions = spark_context.broadcast(position)
+            per_round = workers * self.averaging_frequency
+            rounds = math.ceil(count / per_round)
+            try:
+                for number in range(rounds):
+                    low = number * per_round
+                    high = min(count, low + per_round)
+                    used = min(workers, high - low)
+                    share = (
+                        minibatches.filter(lambda kv, lo=low, hi=high: lo <= positions.value[kv[0]] < hi)
+                        .map(lambda kv, lo=low, n=used: ((int(positions.value[kv[0]]) - lo) % n, kv[1]))
+                        .partitionBy(used, lambda key: key)
+                        .values()
+                    )
+                    self._round(spark_context, network, share, None, number)
+            finally:
+                positions.unpersist()
+        finally:
+            minibatches.unpersist()
+
+    def _round(self, spark_context: SparkContext, network: Any, share: RDD, loader: Any | None,
+               number: int) -> None:
+        started = time.time()
+        payload = NetworkPayload.from_network(network, with_updater=self.save_updater)
+        broadcast = spark_context.broadcast(payload)
+        try:
+            trainer = _round_trainer(broadcast, loader, self.worker_prefetch_num_batches,
+                                     self.collect_training_stats, number)
+            result = share.mapPartitions(trainer).treeAggregate(
+                None, add_results, add_results, depth=self.aggregation_depth
+            )
+        finally:
+            broadcast.unpersist()
+        if result is None:
+            return
+        network.set_params((result.params / result.workers).astype(network.params.dtype))
+        if self.save_updater and result.updater_state is not None:
+            averaged = result.updater_state / result.workers
+            network.set_updater_state(averaged.astype(network.updater_state.dtype))
+        set_counters(network, payload.iteration + result.max_steps, payload.epoch)
+        if result.examples:
+            self.last_score = result.loss_sum / result.examples
+        self.training_stats.extend(result.events)
+        self._driver_event("averaging", started, time.time(), round=number, workers=result.workers,
+                           steps=result.steps, score=self.last_score)
+        log.debug("round %d: %d workers, %d steps, score %s", number, result.workers, result.steps,
+                  self.last_score)
+
+    def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        if self.collect_training_stats:
+            self.training_stats.append({"worker": "driver", "partition": -1, "kind": kind, "start": start,
+                                        "end": end, **fields})

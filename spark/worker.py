@@ -1,0 +1,63 @@
+"""What runs inside a Spark task: a per-executor training network, worker identity, timed events."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from psrv.spark.payload import NetworkPayload
+
+_training_networks: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def worker_id() -> str:
+    """host:pid of the Python worker running this task (one row per worker in the stats timeline)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return int(context.partitionId()) if context is not None else -1
+
+
+def training_network(payload: NetworkPayload) -> Any:
+    """A network of the payload's architecture holding the payload's parameters, updater state, counters.
+
+    Built once per executor process and architecture; later tasks only copy the vectors in.
+    """
+    key = json.dumps(payload.config, sort_keys=True)
+    with _lock:
+        network = _training_networks.get(key)
+    if network is None:
+        network = payload.build()
+        with _lock:
+            _training_networks.clear()  # one architecture at a time: bounded memory
+            _training_networks[key] = network
+    else:
+        payload.load_into(network)
+        if payload.updater_state is None:
+            network.updater_state[...] = 0
+    return network
+
+
+class EventLog:
+    """Per-worker wall-clock events ({worker, partition, kind, start, end, ...}); off when disabled."""
+
+    def __init__(self, enabled: bool, **common: Any) -> None:
+        self.enabled = enabled
+        self.common = common
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        if self.enabled:
+            self.events.append({**self.common, "kind": kind, "start": start, "end": end, **fields})
+
+    def now(self) -> float:
+        return time.time()
