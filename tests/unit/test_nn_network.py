@@ -242,3 +242,25 @@ def test_fit_score_evaluate_with_dataset_and_normalizer_saved(tmp_path) -> None:
     raw = DataSet(features, labels)
     np.testing.assert_allclose(loaded.normalizer.transform(raw).features, normalizer.transform(raw).features)
     np.testing.assert_array_equal(loaded.output(data.features), net.output(data.features))
+
+
+def test_binary_and_regression_outputs_train_and_evaluate() -> None:
+    from psrv.nn import ROC, Adam, RegressionEvaluation
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3)).astype(np.float32)
+    y_binary = (x[:, 0] > 0).astype(np.float32)
+    net = Network([Dense(8, "tanh"), Output(1, "sigmoid")], input_shape=3, seed=0, updater=Adam(0.01))
+    assert net.output_layer.loss.name == "xent"
+    net.fit((x, y_binary), epochs=20)
+    assert net.evaluate((x, y_binary)).accuracy() > 0.95
+    assert np.array_equal(net.predict(x), (net.output(x)[:, 0] >= 0.5).astype(int))
+    assert net.evaluate((x, y_binary), evaluation=ROC()).auc() > 0.99
+    y_reg = x @ np.array([[1.0], [2.0], [-1.0]], dtype=np.float32)
+    reg = Network([Dense(8, "tanh"), Output(1, "identity")], input_shape=3, seed=0, updater=Adam(0.01))
+    assert reg.output_layer.loss.name == "mse"
+    before = reg.score((x, y_reg))
+    reg.fit((x, y_reg), epochs=30)
+    result = reg.evaluate((x, y_reg))
+    assert isinstance(result, RegressionEvaluation)
+    assert reg.score((x, y_reg)) < 0.1 * before
