@@ -384,6 +384,11 @@ class Network:
 
         return network_from_bytes(data)
 
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        # pickling (Spark closures, broadcasts, deepcopy) goes through the file form, so the layer
+        # views of the unpickled copy point into its own flat vector again
+        return (Network.from_bytes, (self.to_bytes(),))
+
     def summary(self) -> str:
         lines = [f"Network: input {self.input_shape}, {self.num_params} parameters, updater {self.updater!r}"]
         for i, layer in enumerate(self.layers):

@@ -406,8 +406,9 @@ class TorchNetwork:
     def clone(self) -> TorchNetwork:
         return TorchNetwork.from_bytes(self.to_bytes())
 
-    def __deepcopy__(self, memo: dict) -> TorchNetwork:
-        return self.clone()
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        # pickling goes through the file form, so the copy re-binds its own flat buffer
+        return (TorchNetwork.from_bytes, (self.to_bytes(),))
 
 
 def _flat(vec: Any, size: int, what: str) -> np.ndarray:

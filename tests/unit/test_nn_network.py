@@ -264,3 +264,20 @@ def test_binary_and_regression_outputs_train_and_evaluate() -> None:
     result = reg.evaluate((x, y_reg))
     assert isinstance(result, RegressionEvaluation)
     assert reg.score((x, y_reg)) < 0.1 * before
+
+
+def test_pickle_and_deepcopy_keep_the_flat_views() -> None:
+    import copy
+    import pickle
+
+    net = _mlp()
+    x, y = _batch()
+    net.apply_update(net.compute_update(x, y)[0])
+    for twin in (pickle.loads(pickle.dumps(net)), copy.deepcopy(net)):
+        np.testing.assert_array_equal(twin.output(x), net.output(x))
+        assert twin.iteration == net.iteration
+        for layer in twin.layers:
+            for view in getattr(layer, "params", {}).values():
+                assert np.shares_memory(view, twin.params)
+        twin.params[:] = 0
+        assert np.all(twin.layers[0].params["W"] == 0) and np.any(net.params != 0)

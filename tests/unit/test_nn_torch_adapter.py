@@ -132,3 +132,16 @@ def test_torch_mlp_trains_digits_to_97_percent() -> None:
     assert accuracy >= 0.97
     evaluation = net.evaluate((x_test, np.eye(10, dtype=np.float32)[y_test]))
     assert evaluation.accuracy() == pytest.approx(accuracy)
+
+
+def test_pickle_keeps_params_backed_by_the_flat_buffer() -> None:
+    import pickle
+
+    x, y = _batch()
+    net = _mlp()
+    net.apply_update(net.compute_update(x, y)[0])
+    twin = pickle.loads(pickle.dumps(net))
+    np.testing.assert_array_equal(twin.output(x), net.output(x))
+    twin.params[:] = 0
+    assert all(torch.all(p == 0) for p in twin.module.parameters())
+    assert np.any(net.params != 0)
