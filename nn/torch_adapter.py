@@ -56,6 +56,7 @@ class TorchNetwork:
         torch = _torch()
         if seed is not None:
             torch.manual_seed(int(seed))
+        self.seed = int(seed) if seed is not None else 0  # shuffling in fit and in the Spark pipelines
         if isinstance(input_shape, int | np.integer):
             input_shape = (int(input_shape),)
         self.input_shape = tuple(int(s) for s in input_shape)
@@ -277,7 +278,7 @@ class TorchNetwork:
         if not _inputs.is_single(data) and isinstance(data, Iterable) and iter(data) is data and epochs > 1:
             raise InvalidInputError("fit: a one-shot iterator can be trained for one epoch only; pass a list")
         for _ in range(epochs):
-            rng = np.random.default_rng([self._epoch, 7]) if shuffle else None
+            rng = np.random.default_rng([self.seed, self._epoch, 7]) if shuffle else None
             for features, labels, mask in _inputs.minibatches(data, batch_size, rng):
                 update, _ = self.compute_update(features, labels, mask)
                 self.apply_update(update)
