@@ -214,47 +214,57 @@ class ParameterAveragingTrainingMaster:
             self._round(spark_context, network, spark_context.parallelize(share, used), loader, number)
 
     def _train_direct(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+        """Re-batch in memory, deal the minibatches to (round, worker) partitions with one shuffle per
+        epoch, then run each round as a job over just that round's partitions."""
         batch_size = self.batch_size_per_worker
-        minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size)).zipWithIndex()
-        minibatches = minibatches.map(lambda pair: (pair[1], pair[0])).cache()
+        minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size)).cache()
         try:
             count = minibatches.count()
             if count == 0:
                 raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
             workers = self.num_workers(spark_context)
-            position = np.empty(count, dtype=np.int64)
-            position[self._order(network, count)] = np.arange(count)
-            positions = spark_context.broadcast(position)
-            per_round = workers * self.averaging_frequency
+            freq = self.averaging_frequency
+            per_round = workers * freq
             rounds = math.ceil(count / per_round)
+            order = self._order(network, count)
+            slots = np.empty(count, dtype=np.int64)
+            for position, index in enumerate(order):
+                number, offset = divmod(position, per_round)
+                used = min(workers, count - number * per_round)
+                slots[index] = number * workers + offset % used
+            slot_of = spark_context.broadcast(slots)
             try:
+                dealt = (
+                    minibatches.zipWithIndex()
+                    .map(lambda pair: (int(slot_of.value[pair[1]]), pair[0]))
+                    .partitionBy(rounds * workers, lambda key: key)
+                    .values()
+                )
                 for number in range(rounds):
-                    low = number * per_round
-                    high = min(count, low + per_round)
-                    used = min(workers, high - low)
-                    share = (
-                        minibatches.filter(lambda kv, lo=low, hi=high: lo <= positions.value[kv[0]] < hi)
-                        .map(lambda kv, lo=low, n=used: ((int(positions.value[kv[0]]) - lo) % n, kv[1]))
-                        .partitionBy(used, lambda key: key)
-                        .values()
-                    )
-                    self._round(spark_context, network, share, None, number)
+                    partitions = list(range(number * workers, (number + 1) * workers))
+                    self._round(spark_context, network, dealt, None, number, partitions=partitions)
             finally:
-                positions.unpersist()
+                slot_of.unpersist()
         finally:
             minibatches.unpersist()
 
     def _round(self, spark_context: SparkContext, network: Any, share: RDD, loader: Any | None,
-               number: int) -> None:
+               number: int, partitions: list[int] | None = None) -> None:
+        """One averaging round over ``share`` (or only over its ``partitions`` when given)."""
         started = time.time()
         payload = NetworkPayload.from_network(network, with_updater=self.save_updater)
         broadcast = spark_context.broadcast(payload)
         try:
             trainer = _round_trainer(broadcast, loader, self.worker_prefetch_num_batches,
                                      self.collect_training_stats, number)
-            result = share.mapPartitions(trainer).treeAggregate(
-                None, add_results, add_results, depth=self.aggregation_depth
-            )
+            if partitions is None:
+                result = share.mapPartitions(trainer).treeAggregate(
+                    None, add_results, add_results, depth=self.aggregation_depth
+                )
+            else:  # a few partitions of a larger RDD: their W results are summed on the driver
+                result = None
+                for part in spark_context.runJob(share, trainer, partitions):
+                    result = add_results(result, part)
         finally:
             broadcast.unpersist()
         if result is None:
