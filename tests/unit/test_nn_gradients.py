@@ -49,7 +49,8 @@ def test_dense_activations(activation) -> None:
 @pytest.mark.parametrize(
     ("activation", "loss", "kind"),
     [("softmax", "mcxent", "onehot"), ("sigmoid", "xent", "binary"), ("identity", "mse", "regression"),
-     ("tanh", "mse", "regression"), ("sigmoid", "mse", "binary")],
+     ("tanh", "mse", "regression"), ("sigmoid", "mse", "binary"), ("softmax", "mse", "onehot"),
+     ("relu", "mse", "regression")],
 )
 def test_output_losses(activation, loss, kind) -> None:
     x, y = _data(7, 4, 3, kind, seed=1)
