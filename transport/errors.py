@@ -38,3 +38,47 @@ class NoMatchingInterfaceError(AddressSelectionError):
 
 class KeyFileError(TransportError):
     """A CurveZMQ key directory is missing, incomplete, corrupt or would be overwritten. Fatal."""
+
+
+# --- runtime errors (transport-runtime engineer): fatal vs. retryable is visible in the type ---
+
+
+class FatalTransportError(TransportError):
+    """Retrying the same call will not help: the configuration or the peer is wrong or gone."""
+
+
+class RetryableTransportError(TransportError):
+    """A transient condition: the same call may succeed a little later."""
+
+
+class TransportConfigError(FatalTransportError, ValueError):
+    """A TransportConfig (or a command-line option feeding it) holds an invalid value."""
+
+
+class JoinError(FatalTransportError):
+    """A node could not join its controller before the join deadline."""
+
+
+class ControllerLostError(FatalTransportError):
+    """A node stopped hearing its controller (or was told it shut down) and stopped itself."""
+
+
+class NotRunningError(FatalTransportError):
+    """The role was used before start() or after stop()."""
+
+
+class SendQueueFullError(RetryableTransportError):
+    """The bounded submit queue stayed full for the whole submit timeout; submit again later."""
+
+
+class FrameRejectedError(TransportError):
+    """A received frame was malformed, unknown, oversized or inconsistent; ``reason`` names the counter."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class InvalidUpdateError(FatalTransportError, ValueError):
+    """submit() was given something that is not an encoded update for this model."""

@@ -1,0 +1,125 @@
+"""`psrv node`: join a controller, catch up, send K synthetic updates at R/s, apply what arrives.
+
+Runs until SIGINT/SIGTERM, then prints its counters and parameter checksum as one JSON line,
+writes its parameters to --dump and exits 0. Losing the controller exits 3 with the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from threading import Event
+
+import numpy as np
+from psrv.server.options import add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.synthetic import SyntheticUpdates
+from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
+from psrv.transport.client import request_status
+
+EXIT_LOST = 3
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "node",
+        help="run a node sending synthetic updates",
+        description="Join the controller (retrying until --join-timeout), catch up, send "
+        "--updates synthetic updates at --rate per second and keep applying what "
+        "arrives until SIGINT/SIGTERM; then print the counters as one JSON line "
+        "and write the parameters to --dump. Exit 3 if the controller is lost.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--controller", required=True, metavar="HOST:PORT", help="address of the controller")
+    add_network_options(p)
+    p.add_argument("--port", type=int, default=0, help="port of this node (0 = an ephemeral port)")
+    p.add_argument(
+        "--updates", type=int, default=100, metavar="K", help="number of synthetic updates to send"
+    )
+    p.add_argument("--rate", type=float, default=100.0, metavar="R", help="updates per second (0 = no pause)")
+    p.add_argument(
+        "--sparsity",
+        type=float,
+        default=0.05,
+        metavar="S",
+        help="fraction of the parameters each synthetic update touches",
+    )
+    p.add_argument("--threshold", type=float, default=1e-3, help="threshold tau of the encoder")
+    p.add_argument("--seed", type=int, default=None, metavar="X", help="random seed (none = fresh entropy)")
+    p.add_argument(
+        "--name", default=None, help="stable name of this worker; rejoining under it sets the restart flag"
+    )
+    p.add_argument(
+        "--wait-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start sending only once the controller counts N live nodes (0 = at once)",
+    )
+    p.add_argument("--join-timeout", type=float, default=30.0, help="seconds to keep retrying the join")
+    p.add_argument("--dump", metavar="FILE.npy", default=None, help="write the parameters here on exit")
+    p.set_defaults(func=run)
+
+
+def wait_for_nodes(address: str, config: TransportConfig, count: int, timeout_s: float, stop: Event) -> None:
+    deadline = time.monotonic() + timeout_s
+    while count > 0 and not stop.is_set():
+        live = [n for n in request_status(address, config, timeout_s)["nodes"] if n["state"] == "online"]
+        if len(live) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise JoinError(
+                f"only {len(live)} of the {count} nodes awaited joined {address} within {timeout_s} s"
+            )
+        stop.wait(0.1)
+
+
+def run(args: argparse.Namespace) -> int:
+    stop = stop_event_on_signals()
+    try:
+        config = config_from_args(args, port=args.port, node_name=args.name, join_timeout_s=args.join_timeout)
+        status = request_status(args.controller, config, timeout_s=args.join_timeout)
+        params = np.zeros(int(status["params_size"]), dtype=np.float32)
+        synthetic = SyntheticUpdates(
+            params.size, sparsity=args.sparsity, threshold=args.threshold, seed=args.seed
+        )
+        synthetic.warm_up()
+        node = Node(config, params, args.controller).start()
+    except (TransportError, ValueError) as exc:
+        print(f"psrv node: {exc}", file=sys.stderr)
+        return EXIT_LOST
+    try:
+        wait_for_nodes(args.controller, config, args.wait_nodes, args.join_timeout, stop)
+    except TransportError as exc:
+        node.stop()
+        print(f"psrv node: {exc}", file=sys.stderr)
+        return EXIT_LOST
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    sent, next_at = 0, time.monotonic()
+    try:
+        while not stop.is_set() and node.error is None and node.running:
+            now = time.monotonic()
+            if sent < args.updates and now >= next_at:
+                message = synthetic.next_message()
+                try:
+                    node.submit(message, apply_locally=True)
+                except SendQueueFullError:
+                    continue
+                except TransportError:
+                    break
+                sent += 1
+                next_at = max(next_at + interval, now - 1.0)
+            else:
+                stop.wait(min(0.05, max(0.0, next_at - now)) if sent < args.updates else 0.05)
+    finally:
+        node.stop()
+    counters = node.counters()
+    counters["synthetic_sent"] = sent
+    print(json.dumps(counters, sort_keys=True), flush=True)
+    if args.dump:
+        np.save(args.dump, params)
+    if node.error is not None:
+        print(f"psrv node: {node.error}", file=sys.stderr)
+        return EXIT_LOST
+    return 0

@@ -1,0 +1,47 @@
+"""Command-line options shared by the `psrv` daemons, and the TransportConfig they build."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from psrv.transport import TransportConfig
+
+
+def add_network_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--network-mask",
+        metavar="CIDR",
+        default=None,
+        help="bind and advertise the local address inside this CIDR (e.g. 10.0.0.0/16); "
+        "the PSRV_IP environment variable overrides it; none = 127.0.0.1",
+    )
+    parser.add_argument(
+        "--keys",
+        metavar="DIR",
+        default=None,
+        help="CurveZMQ key directory written by `psrv keys`; none = no encryption or authentication",
+    )
+
+
+def config_from_args(args: argparse.Namespace, **overrides: object) -> TransportConfig:
+    values: dict[str, object] = {"network_mask": args.network_mask, "keys_dir": args.keys}
+    if getattr(args, "heartbeat_ms", None) is not None:
+        values["heartbeat_s"] = args.heartbeat_ms / 1000.0
+    if getattr(args, "missed_beats", None) is not None:
+        values["missed_beats"] = args.missed_beats
+    values.update(overrides)
+    return TransportConfig(**values)
+
+
+def stop_event_on_signals() -> threading.Event:
+    """An Event set by SIGINT or SIGTERM (the daemons run until one arrives)."""
+    event = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        event.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return event

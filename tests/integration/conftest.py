@@ -1,0 +1,244 @@
+"""A cluster fixture: a `psrv controller` and N `psrv node` processes on loopback.
+
+Every process started is tracked and killed at teardown (SIGKILL after a grace period), every
+socket the fixture opens is closed, and every wait has a deadline so a hang fails fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from psrv.transport import TransportConfig
+from psrv.transport.client import request_status
+
+HEARTBEAT_MS = 500  # a loaded 2-core CI box can starve a process for a second; fault tests pass shorter beats
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    stderr_path: Path
+    dump: Path | None = None
+    lines: queue.Queue = field(default_factory=queue.Queue)
+    stdout: list[str] = field(default_factory=list)
+
+    def read_line(self, timeout_s: float) -> str:
+        try:
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(
+                f"{self.name} printed nothing within {timeout_s} s; stderr:\n{self.stderr()}"
+            ) from None
+        if line is None:
+            raise AssertionError(
+                f"{self.name} exited (rc {self.popen.poll()}) before printing; stderr:\n{self.stderr()}"
+            )
+        return line
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text()[-4000:]
+        except OSError:
+            return ""
+
+    def wait(self, timeout_s: float) -> int:
+        return self.popen.wait(timeout_s)
+
+    def json_line(self) -> dict[str, Any]:
+        for line in reversed(self.stdout):
+            if line.startswith("{"):
+                return json.loads(line)
+        raise AssertionError(
+            f"{self.name} printed no JSON line; stdout {self.stdout}; stderr:\n{self.stderr()}"
+        )
+
+
+class Cluster:
+    """Starts and tracks psrv processes; `close()` kills whatever is still running."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+        self.controller: Proc | None = None
+        self.address: str | None = None
+        self.keys: str | None = None
+
+    def _spawn(self, name: str, args: list[str], dump: Path | None) -> Proc:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        stderr_path = self.tmp / f"{name}.log"
+        stderr = open(stderr_path, "w")  # noqa: SIM115 - closed right after the child inherits it
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "psrv.server.cli", "--log-level", "INFO", *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        stderr.close()
+        proc = Proc(name, popen, stderr_path, dump)
+
+        def pump() -> None:
+            for line in popen.stdout:
+                proc.stdout.append(line.rstrip("\n"))
+                proc.lines.put(line.rstrip("\n"))
+            proc.lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.procs.append(proc)
+        return proc
+
+    def start_controller(
+        self,
+        params: int = 1000,
+        mesh: str = "plain",
+        fan_out: int = 8,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        keys: str | None = None,
+        port: int = 0,
+    ) -> Proc:
+        dump = self.tmp / "controller.npy"
+        args = [
+            "controller",
+            "--port",
+            str(port),
+            "--params",
+            str(params),
+            "--mesh",
+            mesh,
+            "--missed-beats",
+            "4",
+            "--fan-out",
+            str(fan_out),
+            "--heartbeat-ms",
+            str(heartbeat_ms),
+            "--dump",
+            str(dump),
+        ]
+        if keys:
+            args += ["--keys", keys]
+        self.keys = keys
+        proc = self._spawn("controller", args, dump)
+        line = proc.read_line(30.0)
+        assert line.startswith("psrv controller listening on "), line
+        self.address = line.rsplit(" ", 1)[-1]
+        self.controller = proc
+        return proc
+
+    def start_node(
+        self,
+        updates: int = 100,
+        rate: float = 500.0,
+        seed: int = 0,
+        name: str | None = None,
+        keys: str | None = "default",
+        extra: list[str] | None = None,
+        wait_nodes: int = 0,
+    ) -> Proc:
+        index = len(self.procs)
+        dump = self.tmp / f"node{index}.npy"
+        args = [
+            "node",
+            "--controller",
+            self.address,
+            "--updates",
+            str(updates),
+            "--rate",
+            str(rate),
+            "--seed",
+            str(seed),
+            "--dump",
+            str(dump),
+            "--join-timeout",
+            "60",
+            "--wait-nodes",
+            str(wait_nodes),
+        ]
+        keys = self.keys if keys == "default" else keys
+        if keys:
+            args += ["--keys", keys]
+        if name:
+            args += ["--name", name]
+        return self._spawn(f"node{index}", args + (extra or []), dump)
+
+    def status(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        return request_status(self.address, TransportConfig(keys_dir=self.keys), timeout_s=timeout_s)
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
+    ) -> dict[str, Any]:
+        """Poll the controller's status until ``predicate`` holds; fail naming ``what`` otherwise."""
+        deadline = time.monotonic() + timeout_s
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if predicate(status):
+                return status
+            time.sleep(0.1)
+        raise AssertionError(
+            f"timed out after {timeout_s} s waiting for {what}; last status:\n"
+            f"{json.dumps(status, indent=1)[:4000]}"
+        )
+
+    def stop(self, proc: Proc, timeout_s: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code (the JSON line is then in proc.stdout)."""
+        if proc.popen.poll() is None:
+            proc.popen.send_signal(signal.SIGTERM)
+        rc = proc.popen.wait(timeout_s)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:  # let the pump thread collect the last lines
+            try:
+                if proc.lines.get(timeout=0.1) is None:
+                    break
+            except queue.Empty:
+                pass
+        return rc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.popen.pid, signal.SIGCONT)
+                proc.popen.terminate()
+        deadline = time.monotonic() + 5.0
+        for proc in self.procs:
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait(5.0)
+            if proc.popen.stdout:
+                proc.popen.stdout.close()
+
+
+def node_entries(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return status["nodes"]
+
+
+def load(path: Path) -> np.ndarray:
+    return np.load(path)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()

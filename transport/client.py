@@ -1,0 +1,52 @@
+"""A one-shot request to a controller without joining (what `psrv status` uses)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import zmq
+from psrv.transport.codec import decode_frames, encode_frames
+from psrv.transport.config import TransportConfig
+from psrv.transport.errors import FrameRejectedError, JoinError
+from psrv.transport.messages import Message, Op
+from psrv.transport.netmask import choose_address
+from psrv.transport.sockets import Security, connect_dealer
+
+
+def request_status(
+    address: str, config: TransportConfig | None = None, timeout_s: float = 5.0
+) -> dict[str, Any]:
+    """The controller's status dict; retries with back-off until ``timeout_s``, then JoinError."""
+    config = config or TransportConfig()
+    context = zmq.Context()
+    security = Security(context, config.resolved_keys(), serve=False)
+    sock = connect_dealer(context, security, address, hwm=100, max_message_bytes=config.max_message_bytes)
+    deadline = time.monotonic() + timeout_s
+    backoff, attempts = 0.1, 0
+    try:
+        while time.monotonic() < deadline:
+            attempts += 1
+            sock.send_multipart(encode_frames(Message(Op.STATUS_REQUEST)), flags=zmq.NOBLOCK)
+            wait = min(backoff, max(0.0, deadline - time.monotonic()))
+            if sock.poll(int(wait * 1000) + 1):
+                try:
+                    reply = decode_frames(
+                        sock.recv_multipart(copy=False),
+                        max_message_bytes=config.max_message_bytes,
+                        max_header_bytes=config.max_header_bytes,
+                    )
+                except FrameRejectedError:
+                    continue
+                if reply.op is Op.STATUS_REPLY:
+                    return reply["status"]
+            backoff = min(backoff * 2, 1.0)
+        local = config.host or choose_address(config.network_mask)
+        raise JoinError(
+            f"no reply from the controller at {address} (local address {local}) after {attempts} "
+            f"attempts within {timeout_s:.1f} s: is it running and reachable, and do the keys match?"
+        )
+    finally:
+        sock.close(0)
+        security.close()
+        context.term()

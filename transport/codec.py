@@ -1,0 +1,192 @@
+"""Messages <-> ZeroMQ frames, kept out of the sockets: a msgpack header frame + raw buffers.
+
+``encode_frames`` never copies a buffer (numpy arrays, memoryviews and received zmq.Frames are
+passed through for a ``copy=False`` send). ``decode_frames`` validates everything the catalogue
+promises and raises FrameRejectedError whose ``reason`` is the counter to bump:
+
+empty, header_too_large, message_too_large, bad_header, unknown_version, unknown_type,
+bad_field, bad_buffers, bad_payload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+from psrv.transport.errors import FrameRejectedError
+from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, RESERVED, Message, Op
+
+REJECT_REASONS = (
+    "empty",
+    "header_too_large",
+    "message_too_large",
+    "bad_header",
+    "unknown_version",
+    "unknown_type",
+    "bad_field",
+    "bad_buffers",
+    "bad_payload",
+    "bad_chunk",
+    "chunk_expired",
+    "unauthenticated_op",
+    "bad_sender",
+)
+
+_OPS = {op.value: op for op in Op}
+
+
+def pack_header(header: dict[str, Any]) -> bytes:
+    return msgpack.packb(header, use_bin_type=True)
+
+
+def encode_frames(message: Message) -> list[Any]:
+    """The frames of one message: [header bytes, *buffers] (buffers untouched, zero-copy)."""
+    return [pack_header(message.header()), *message.buffers]
+
+
+def frame_size(frame: Any) -> int:
+    if isinstance(frame, bytes | bytearray):
+        return len(frame)
+    if isinstance(frame, np.ndarray):
+        return frame.nbytes
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    buffer = getattr(frame, "buffer", None)  # zmq.Frame
+    if buffer is not None:
+        return buffer.nbytes
+    return len(frame)
+
+
+def as_buffer(frame: Any) -> memoryview:
+    """A read-only byte view of a received frame without copying it."""
+    if isinstance(frame, memoryview):
+        return frame.cast("B") if frame.format != "B" or frame.ndim != 1 else frame
+    if isinstance(frame, bytes | bytearray):
+        return memoryview(frame)
+    if isinstance(frame, np.ndarray):
+        return memoryview(frame).cast("B")
+    return frame.buffer  # zmq.Frame
+
+
+def _header_bytes(frame: Any) -> bytes:
+    if isinstance(frame, bytes):
+        return frame
+    if isinstance(frame, bytearray | memoryview):
+        return bytes(frame)
+    return frame.bytes  # zmq.Frame
+
+
+def decode_frames(
+    frames: list[Any], *, max_message_bytes: int = 64 * 1024 * 1024, max_header_bytes: int = 4 * 1024 * 1024
+) -> Message:
+    """Validate and decode the frames of one message (the ROUTER identity already removed)."""
+    if not frames:
+        raise FrameRejectedError("empty", "a message needs at least a header frame, got 0 frames")
+    header_size = frame_size(frames[0])
+    if header_size > max_header_bytes:
+        raise FrameRejectedError(
+            "header_too_large", f"header of {header_size} bytes > limit {max_header_bytes}"
+        )
+    total = sum(frame_size(f) for f in frames)
+    if total > max_message_bytes:
+        raise FrameRejectedError("message_too_large", f"message of {total} bytes > limit {max_message_bytes}")
+    try:
+        header = msgpack.unpackb(_header_bytes(frames[0]), raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise FrameRejectedError(
+            "bad_header", f"header is not msgpack: {type(exc).__name__}: {exc}"
+        ) from None
+    return decode_header(header, list(frames[1:]))
+
+
+def decode_header(header: Any, buffers: list[Any]) -> Message:
+    """Validate a decoded header map against the catalogue and build the Message."""
+    if not isinstance(header, dict):
+        raise FrameRejectedError("bad_header", f"header must be a map, got {type(header).__name__}")
+    version = header.get("v")
+    if version != PROTOCOL_VERSION:
+        raise FrameRejectedError(
+            "unknown_version", f"protocol version {version!r}, expected {PROTOCOL_VERSION}"
+        )
+    op = _OPS.get(header.get("op")) if isinstance(header.get("op"), str) else None
+    if op is None:
+        raise FrameRejectedError("unknown_type", f"unknown message type {header.get('op')!r}")
+    src = header.get("src")
+    if not isinstance(src, int) or isinstance(src, bool) or src < -1:
+        raise FrameRejectedError("bad_field", f"{op}: src must be an int >= -1, got {src!r}")
+    schema = CATALOGUE[op]
+    fields: dict[str, Any] = {}
+    for name, types in schema.fields.items():
+        if name not in header:
+            raise FrameRejectedError("bad_field", f"{op}: missing field {name!r}")
+        value = header[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            expected = "/".join(t.__name__ for t in types)
+            raise FrameRejectedError(
+                "bad_field", f"{op}: field {name!r} must be {expected}, got {value!r:.80}"
+            )
+        fields[name] = value
+    extra = set(header) - set(schema.fields) - set(RESERVED)
+    if extra:
+        raise FrameRejectedError("bad_field", f"{op}: unexpected fields {sorted(extra)}")
+    if not schema.min_buffers <= len(buffers) <= schema.max_buffers:
+        raise FrameRejectedError(
+            "bad_buffers",
+            f"{op}: expected {schema.min_buffers}..{schema.max_buffers} buffers, got {len(buffers)}",
+        )
+    message = Message(op, fields, buffers, src)
+    _check_payload(message)
+    return message
+
+
+def _check_payload(message: Message) -> None:
+    if message.op is Op.UPDATE:
+        size = frame_size(message.buffers[0])
+        if size == 0 or size % 4:
+            raise FrameRejectedError(
+                "bad_payload", f"update payload must be a non-empty int32 array, got {size} bytes"
+            )
+        if message["seq"] < 1 or message["origin"] < 1:
+            raise FrameRejectedError(
+                "bad_field", f"update origin/seq must be >= 1, got {message['origin']}/{message['seq']}"
+            )
+    elif message.op is Op.PARAMS_REPLY:
+        expected = [_nbytes(message["dtype"], message["size"])]
+        if message["updater_dtype"] is not None:
+            expected.append(_nbytes(message["updater_dtype"], message["updater_size"]))
+        got = [frame_size(b) for b in message.buffers]
+        if got != expected:
+            raise FrameRejectedError(
+                "bad_payload", f"params reply buffers of {got} bytes, header says {expected}"
+            )
+    elif message.op is Op.CHUNK:
+        f = message.fields
+        size = frame_size(message.buffers[0])
+        if not (
+            0 <= f["index"] < f["count"]
+            and f["offset"] >= 0
+            and f["offset"] + size <= f["total"]
+            and all(isinstance(n, int) and n >= 0 for n in f["lengths"])
+            and sum(f["lengths"]) == f["total"]
+        ):
+            raise FrameRejectedError(
+                "bad_chunk",
+                f"inconsistent chunk {f['index']}/{f['count']} "
+                f"offset {f['offset']} size {size} total {f['total']}",
+            )
+
+
+def _nbytes(dtype: str, size: int) -> int:
+    try:
+        item = np.dtype(dtype)
+    except TypeError:
+        raise FrameRejectedError("bad_payload", f"unknown dtype {dtype!r}") from None
+    if item.kind != "f" or size < 0:
+        raise FrameRejectedError("bad_payload", f"params must be a float array, got {dtype!r} x {size}")
+    return item.itemsize * size
+
+
+def update_payload(message: Message) -> np.ndarray:
+    """The int32 message of an UPDATE as a numpy view of the received frame (no copy)."""
+    return np.frombuffer(as_buffer(message.buffers[0]), dtype=np.int32)

@@ -1,0 +1,349 @@
+"""The controller: root of the mesh, holder of the master copy, keeper of membership.
+
+It places joining nodes, sends every live node each new mesh version, relays updates to its
+children, applies every update once to the master copy, serves parameter downloads (params +
+optional updater state + the exact set of sequences they include), beats to every node and
+marks a silent node offline after ``missed_beats`` beats (its queue is freed, its children
+are remapped, and everyone hears the new mesh).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from psrv.transport.codec import update_payload
+from psrv.transport.config import TransportConfig
+from psrv.transport.dedup import SeenUpdates
+from psrv.transport.endpoint import ApplyHook, Endpoint
+from psrv.transport.errors import FrameRejectedError
+from psrv.transport.membership import HeartbeatTimer, Membership
+from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.transport.messages import Message, Op
+from psrv.transport.peer import Peer
+
+_DEPARTED_KEPT = 256
+
+
+@dataclass
+class NodeRecord:
+    node_id: int
+    address: str
+    name: str | None
+    token: str
+    restart: bool
+    joined_at: float = field(default_factory=time.time)
+    stats: dict[str, Any] = field(default_factory=dict)
+    state: str = "online"
+    left_at: float | None = None
+    reason: str = ""
+
+
+def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, Any]:
+    """An encoded message as an int32 array plus its MessageInfo, checked against a model of ``size``."""
+    from psrv.encoding import MalformedMessageError, message_info
+
+    if not isinstance(payload, np.ndarray) or payload.dtype != np.int32 or payload.ndim != 1:
+        desc = (
+            f"{payload.dtype}{list(payload.shape)}"
+            if isinstance(payload, np.ndarray)
+            else type(payload).__name__
+        )
+        raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
+    try:
+        info = message_info(payload)
+    except MalformedMessageError as exc:
+        raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
+    if info.n != size:
+        raise FrameRejectedError("bad_payload", f"{what} is for {info.n} parameters, this model has {size}")
+    return np.ascontiguousarray(payload), info
+
+
+def validate_update(message: Message, size: int) -> np.ndarray:
+    """The int32 payload of a received UPDATE, validated (see check_payload)."""
+    return check_payload(update_payload(message), size, f"update {message['origin']}/{message['seq']}")[0]
+
+
+class Controller(Endpoint):
+    """Root of the mesh. ``Controller(config, params).start()``; ``address`` is what nodes join."""
+
+    role = "controller"
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        params: np.ndarray,
+        *,
+        updater_state: np.ndarray | None = None,
+        lock: threading.RLock | None = None,
+        apply: ApplyHook | None = None,
+    ) -> None:
+        super().__init__(config, params, lock=lock, apply=apply)
+        self.node_id = CONTROLLER_ID
+        self.updater_state = updater_state
+        self.mesh: MeshOrganizer | None = None
+        self.membership = Membership(config.heartbeat_s, config.missed_beats)
+        self.seen = SeenUpdates(config.dedup_window)
+        self._beat = HeartbeatTimer(config.heartbeat_s)
+        self._peers: dict[int, Peer] = {}
+        self._records: dict[int, NodeRecord] = {}
+        self._tokens: dict[str, int] = {}
+        self._names_seen: set[str] = set()
+        self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
+
+    def _on_start(self) -> None:
+        self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=self.address)
+        self.log.info(
+            "controller listening on %s (mesh %s, fan-out %d, heartbeat %.2f s, curve %s)",
+            self.address,
+            self.config.mesh,
+            self.config.fan_out,
+            self.config.heartbeat_s,
+            "on" if self._security.enabled else "off",
+        )
+        self._ready.set()
+
+    def _all_peers(self) -> list[Peer]:
+        return list(self._peers.values())
+
+    # ------------------------------------------------------------------ handlers
+    def on_join(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        token = msg["token"]
+        node_id = self._tokens.get(token)
+        if node_id is None or node_id not in self.mesh:
+            node_id = self.mesh.allocate_id()
+            name = msg["name"]
+            restart = name is not None and name in self._names_seen
+            if name is not None:
+                self._names_seen.add(name)
+            place = self.mesh.add_node(node_id, msg["address"])
+            self.membership.joined(node_id)
+            self._tokens[token] = node_id
+            self._records[node_id] = NodeRecord(node_id, msg["address"], name, token, restart)
+            self._peers[node_id] = self._connect(node_id, msg["address"])
+            self.counters_.add("joins")
+            self.log.info(
+                "node %d joined from %s (name %s, restart %s): parent %d, depth %d, mesh version %d",
+                node_id,
+                msg["address"],
+                name,
+                restart,
+                place.parent,
+                place.depth,
+                self.mesh.version,
+            )
+            self._broadcast_mesh(exclude=node_id)
+        record = self._records[node_id]
+        reply = Message(
+            Op.JOIN_REPLY,
+            {
+                "node_id": node_id,
+                "mesh": self.mesh.to_dict(),
+                "restart": record.restart,
+                "heartbeat_s": self.config.heartbeat_s,
+                "missed_beats": self.config.missed_beats,
+                "token": token,
+            },
+            src=CONTROLLER_ID,
+        )
+        self._send(sock, reply, identity)
+        self.counters_.gauges["mesh_version"] = self.mesh.version
+
+    def _member(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
+        """Is the sender a live member? If not, tell it so (it must rejoin) and count the frame."""
+        if msg.src in self._peers:
+            self.membership.heard(msg.src)
+            return True
+        self._send(
+            sock,
+            Message(
+                Op.EVICTED, {"reason": f"node {msg.src} is not a member of this mesh"}, src=CONTROLLER_ID
+            ),
+            identity,
+        )
+        raise FrameRejectedError("bad_sender", f"{msg.op} from {msg.src}, which is not a member")
+
+    def on_update(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        self._member(msg, identity, sock)
+        payload = validate_update(msg, self.params.size)
+        self.counters_.add("updates_received")
+        if not self.seen.first_time(msg["origin"], msg["seq"]):
+            self.counters_.add("duplicates_dropped")
+            return
+        relay = Message(Op.UPDATE, msg.fields, msg.buffers, src=CONTROLLER_ID)
+        for target in self.mesh.relay_targets(CONTROLLER_ID, came_from=msg.src):
+            peer = self._peers.get(target)
+            if peer is not None and self._post(peer, relay, droppable=True):
+                self.counters_.add("updates_relayed")
+            else:
+                self.counters_.add("updates_dropped_backpressure")
+                self._limited.warning(
+                    f"drop:{target}", "controller: send queue of node %d full, update dropped", target
+                )
+        self._apply_update(payload, msg.fields)
+        self.counters_.applied(msg["origin"])
+
+    def on_params_request(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        self._member(msg, identity, sock)
+        with self.lock:
+            params = self.params.copy()
+            updater = (
+                self.updater_state.copy()
+                if (msg["want_updater"] and self.updater_state is not None)
+                else None
+            )
+        watermark = self.seen.watermark()
+        extra = self.seen.above_watermark()
+        buffers: list[Any] = [params] + ([updater] if updater is not None else [])
+        reply = Message(
+            Op.PARAMS_REPLY,
+            {
+                "request_id": msg["request_id"],
+                "dtype": params.dtype.str,
+                "size": int(params.size),
+                "updater_dtype": None if updater is None else updater.dtype.str,
+                "updater_size": 0 if updater is None else int(updater.size),
+                "watermark": watermark,
+                "extra_seen": extra,
+            },
+            buffers,
+            src=CONTROLLER_ID,
+        )
+        self.log.info(
+            "sending params (%d values, %d origins in the watermark) to node %d",
+            params.size,
+            len(watermark),
+            msg.src,
+        )
+        if not self._send(sock, reply, identity):
+            self.log.warning("could not send params to node %d (its queue is full)", msg.src)
+
+    def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        self._member(msg, identity, sock)
+        record = self._records.get(msg.src)
+        if record is not None:
+            record.stats = dict(msg["stats"])
+
+    def on_leave(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if msg.src in self._peers:
+            self._remove(msg.src, "left", msg["reason"])
+
+    def on_status_request(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        self._send(sock, Message(Op.STATUS_REPLY, {"status": self._status()}, src=CONTROLLER_ID), identity)
+
+    # ------------------------------------------------------------------ membership
+    def _remove(self, node_id: int, state: str, reason: str) -> None:
+        moved = self.mesh.remove_node(node_id)
+        self.membership.forget(node_id)
+        peer = self._peers.pop(node_id, None)
+        if peer is not None:
+            self._close_peer(peer, 0.0)  # whatever was queued for it is freed now
+        record = self._records.pop(node_id, None)
+        if record is not None:
+            record.state, record.left_at, record.reason = state, time.time(), reason
+            self._departed.append(record)
+        self.counters_.add("leaves" if state == "left" else "offline")
+        self.log.info(
+            "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
+            node_id,
+            state,
+            reason,
+            moved or "nothing",
+            self.mesh.version,
+            len(self.mesh.node_ids()),
+        )
+        self._broadcast_mesh()
+
+    def _broadcast_mesh(self, exclude: int | None = None) -> None:
+        self.counters_.gauges["mesh_version"] = self.mesh.version
+        message = Message(
+            Op.MESH, {"mesh": self.mesh.to_dict(), "version": self.mesh.version}, src=CONTROLLER_ID
+        )
+        for node_id, peer in self._peers.items():
+            if node_id != exclude and not self._post(peer, message):
+                self._limited.warning(
+                    f"mesh:{node_id}",
+                    "controller: could not queue mesh v%d for node %d",
+                    self.mesh.version,
+                    node_id,
+                )
+
+    def _tick(self) -> None:
+        timeout = self.membership.timeout_s
+        for node_id in self.membership.expire():
+            if node_id in self._peers:
+                self._remove(node_id, "offline", f"silent for more than {timeout:.2f} s")
+        if self._beat.due():
+            beat = Message(
+                Op.HEARTBEAT,
+                {"mesh_version": self.mesh.version, "stats": {}, "watermark": self.seen.watermark()},
+                src=CONTROLLER_ID,
+            )
+            for peer in self._peers.values():
+                self._post(peer, beat)
+
+    def _on_stop(self) -> None:
+        self._drain_commands()
+        bye = Message(Op.SHUTDOWN, {"reason": "the controller is stopping"}, src=CONTROLLER_ID)
+        for peer in self._peers.values():
+            self._post(peer, bye)
+        self._flush_all(self.config.linger_s)
+        self.log.info(
+            "controller %s stopping; %d updates applied to the master copy",
+            self.address,
+            self.counters_["updates_applied"],
+        )
+
+    # ------------------------------------------------------------------ status
+    def _status(self) -> dict[str, Any]:
+        nodes = []
+        for node_id in self.mesh.node_ids():
+            place = self.mesh.place(node_id)
+            record = self._records.get(node_id)
+            nodes.append(
+                {
+                    "id": node_id,
+                    "address": self.mesh.address(node_id),
+                    "name": record.name if record else None,
+                    "state": str(self.membership.state(node_id)),
+                    "parent": place.parent,
+                    "children": list(place.children),
+                    "depth": place.depth,
+                    "silent_s": round(self.membership.silent_for(node_id), 3)
+                    if node_id in self.membership.known()
+                    else None,
+                    "stats": record.stats if record else {},
+                }
+            )
+        departed = [
+            {
+                "id": r.node_id,
+                "address": r.address,
+                "name": r.name,
+                "state": r.state,
+                "reason": r.reason,
+                "stats": r.stats,
+            }
+            for r in self._departed
+        ]
+        counters = self.counters()
+        return {
+            "address": self.address,
+            "mesh_mode": self.config.mesh,
+            "fan_out": self.config.fan_out,
+            "mesh_version": self.mesh.version,
+            "depth": self.mesh.depth(),
+            "nodes": nodes,
+            "departed": departed,
+            "counters": counters,
+            "params_size": int(self.params.size),
+            "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
+        }
+
+    def status(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The controller's view (what `psrv status` prints), taken on the I/O thread."""
+        return self.call(self._status, timeout_s)

@@ -1,0 +1,486 @@
+"""What a Controller and a Node share: one I/O thread owning every socket, receive -> decode ->
+validate -> dispatch to ``on_<op>`` methods, chunked sends, counters and rate-limited logs.
+
+Caller threads never touch a socket: they put commands on a bounded queue and wake the I/O
+thread through an inproc pipe. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import zmq
+from psrv.transport.chunking import Reassembler, needs_chunking, split_message
+from psrv.transport.codec import decode_frames, decode_header, encode_frames, frame_size
+from psrv.transport.config import TransportConfig
+from psrv.transport.counters import Counters, RateLimitedLog
+from psrv.transport.errors import (
+    FatalTransportError,
+    FrameRejectedError,
+    NotRunningError,
+    RetryableTransportError,
+    TransportConfigError,
+    TransportError,
+)
+from psrv.transport.messages import Message, Op, handler_table
+from psrv.transport.netmask import choose_address
+from psrv.transport.peer import Peer
+from psrv.transport.sockets import Security, bind_router, connect_dealer
+
+ApplyHook = Callable[[np.ndarray, dict], None]
+_instance_ids = itertools.count(1)
+_POLL_MAX_S = 0.05
+
+
+def check_params(params: np.ndarray) -> np.ndarray:
+    if (
+        not isinstance(params, np.ndarray)
+        or params.ndim != 1
+        or params.dtype.kind != "f"
+        or not params.flags.c_contiguous
+        or not params.flags.writeable
+    ):
+        desc = (
+            f"{params.dtype}{list(params.shape)} contiguous={params.flags.c_contiguous}"
+            if isinstance(params, np.ndarray)
+            else type(params).__name__
+        )
+        raise TransportConfigError(
+            f"params must be a writeable 1-D C-contiguous float32/float64 array, got {desc}"
+        )
+    return params
+
+
+def params_checksum(params: np.ndarray) -> dict[str, Any]:
+    """Sum (tolerant to rounding order) and crc32 (exact bytes) of a parameter vector."""
+    return {
+        "params_sum": float(np.sum(params, dtype=np.float64)),
+        "params_abs_sum": float(np.sum(np.abs(params), dtype=np.float64)),
+        "params_crc32": zlib.crc32(memoryview(params).cast("B")) & 0xFFFFFFFF,
+    }
+
+
+class Endpoint:
+    """Base of the two roles. Subclasses implement ``on_<op>`` handlers and ``_tick``."""
+
+    role = "endpoint"
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        params: np.ndarray,
+        *,
+        lock: threading.RLock | None = None,
+        apply: ApplyHook | None = None,
+    ) -> None:
+        self.config = config
+        self.params = check_params(params)
+        self.lock = lock if lock is not None else threading.RLock()
+        self._apply_hook = apply
+        self.counters_ = Counters()
+        self.log = logging.getLogger(f"psrv.transport.{self.role}")
+        self._limited = RateLimitedLog(self.log, config.log_interval_s)
+        self._handlers = handler_table(self)
+        self._reassembler = Reassembler(config.reassembly_limit_bytes, config.reassembly_expiry_s)
+        self._commands: queue.Queue = queue.Queue(maxsize=config.submit_queue_messages)
+        self._wake_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop_requested = threading.Event()
+        self._ready = threading.Event()
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+        self._msg_ids = itertools.count(1)
+        self._instance = next(_instance_ids)
+        self._ctx: zmq.Context | None = None
+        self._security: Security | None = None
+        self._router: zmq.Socket | None = None
+        self._poller = zmq.Poller()
+        self._reply_sockets: list[zmq.Socket] = []
+        self._out_peers: dict[zmq.Socket, Peer] = {}
+        self._last_expire = time.monotonic()
+        self.address: str | None = None
+        self.node_id: int = -1
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> Endpoint:
+        """Bind, start the I/O thread and wait until the role is ready (raises what went wrong)."""
+        if self._thread is not None:
+            raise NotRunningError(f"{self.role} already started")
+        cfg = self.config
+        self._ctx = zmq.Context()
+        try:
+            self._security = Security(self._ctx, cfg.resolved_keys())
+            host = cfg.host or choose_address(cfg.network_mask)
+            self._router, self.address = bind_router(
+                self._ctx,
+                self._security,
+                host,
+                cfg.port,
+                max_message_bytes=cfg.max_message_bytes,
+                hwm=max(cfg.peer_queue_messages, 1000),
+            )
+            self._wake_pull = self._ctx.socket(zmq.PULL)
+            self._wake_pull.linger = 0
+            wake = f"inproc://psrv-wake-{self._instance}"
+            self._wake_pull.bind(wake)
+            self._wake_push = self._ctx.socket(zmq.PUSH)
+            self._wake_push.linger = 0
+            self._wake_push.sndhwm = 16
+            self._wake_push.connect(wake)
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._poller.register(self._router, zmq.POLLIN)
+        self._poller.register(self._wake_pull, zmq.POLLIN)
+        self._thread = threading.Thread(target=self._run, name=f"psrv-{self.role}-io", daemon=True)
+        self._thread.start()
+        deadline = self._start_deadline_s()
+        if not self._ready.wait(deadline) and self._error is None:
+            self._stop_requested.set()
+            self._thread.join(5.0)
+            raise self._start_timeout_error(deadline)
+        if self._error is not None:
+            self._thread.join(5.0)
+            raise self._error
+        return self
+
+    def _start_deadline_s(self) -> float:
+        return 10.0
+
+    def _start_timeout_error(self, waited: float) -> TransportError:
+        return NotRunningError(f"{self.role} did not become ready within {waited:.1f} s")
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Leave politely, let queued frames out (linger), close everything. Idempotent."""
+        if self._thread is None:
+            return
+        self._stop_requested.set()
+        self._wake()
+        self._thread.join(timeout_s if timeout_s is not None else self.config.linger_s + 5.0)
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and not self._finished.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the role (None while running or after a clean stop)."""
+        return self._error
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until the role stops; re-raise the error that stopped it. False on timeout."""
+        done = self._finished.wait(timeout_s)
+        if self._error is not None:
+            raise self._error
+        return done
+
+    def counters(self) -> dict[str, Any]:
+        """A snapshot of this process's counters plus the checksum of the local parameters."""
+        snap = self.counters_.snapshot()
+        snap["node_id"] = self.node_id
+        snap["address"] = self.address
+        with self.lock:
+            snap.update(params_checksum(self.params))
+        return snap
+
+    # ------------------------------------------------------------ caller threads
+    def _wake(self) -> None:
+        with self._wake_lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # a wake pending / closing
+            self._wake_push.send(b"", zmq.NOBLOCK)
+
+    def _enqueue(self, item: tuple, timeout_s: float) -> None:
+        self._commands.put(item, timeout=timeout_s)
+        self._wake()
+
+    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """Run ``fn`` on the I/O thread (which owns the mesh and sockets) and return its result."""
+        if not self.running:
+            raise NotRunningError(f"{self.role} is not running")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._enqueue(("call", fn, future), timeout_s)
+        return future.result(timeout_s)
+
+    # ------------------------------------------------------------------ I/O thread
+    def _run(self) -> None:
+        try:
+            self._on_start()
+            while not self._stop_requested.is_set():
+                timeout = min(_POLL_MAX_S, self._poll_timeout_s())
+                events = dict(self._poller.poll(int(timeout * 1000)))
+                if self._router in events:
+                    self._drain(self._router, routed=True)
+                for sock in list(self._reply_sockets):
+                    if events.get(sock, 0) & zmq.POLLIN and not sock.closed:
+                        self._drain(sock, routed=False)
+                for sock, peer in list(self._out_peers.items()):
+                    if events.get(sock, 0) & zmq.POLLOUT:
+                        self._flush(peer)
+                if self._wake_pull in events:
+                    self._drain_wake()
+                self._drain_commands()
+                now = time.monotonic()
+                if now - self._last_expire > 1.0:
+                    self._last_expire = now
+                    dropped = self._reassembler.expire()
+                    for _ in range(dropped):
+                        self.counters_.reject("chunk_expired")
+                self._tick()
+            self._on_stop()
+        except BaseException as exc:  # the error is surfaced to the caller, never swallowed
+            self._error = exc
+            self.log.error("%s %s stopped: %s", self.role, self.address, exc)
+            self._on_failure(exc)
+        finally:
+            self._ready.set()
+            self._close_sockets()
+            self._finished.set()
+
+    def _poll_timeout_s(self) -> float:
+        return _POLL_MAX_S
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _drain_commands(self) -> None:
+        for _ in range(self.config.submit_queue_messages):
+            try:
+                item = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if item[0] == "call":
+                _, fn, future = item
+                try:
+                    future.set_result(fn())
+                except Exception as exc:
+                    future.set_exception(exc)
+            else:
+                self._on_command(item)
+
+    def _on_command(self, item: tuple) -> None:
+        raise NotImplementedError(item[0])
+
+    def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = 512) -> None:
+        for _ in range(budget):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            identity = frames[0].bytes if routed else None
+            body = frames[1:] if routed else frames
+            self.counters_.add("frames_in")
+            self.counters_.add("bytes_in", sum(frame_size(f) for f in body))
+            self._receive(body, identity, sock)
+
+    def _receive(self, body: list, identity: bytes | None, sock: zmq.Socket) -> None:
+        cfg = self.config
+        try:
+            message = decode_frames(
+                body, max_message_bytes=cfg.max_message_bytes, max_header_bytes=cfg.max_header_bytes
+            )
+            if message.op is Op.CHUNK:
+                done = self._reassembler.add((identity, message.src), message)
+                if done is None:
+                    return
+                inner, buffers = done
+                message = decode_header(inner, buffers)
+                if message.op is Op.CHUNK:
+                    raise FrameRejectedError("bad_chunk", "a chunk may not carry a chunk")
+            handler = self._handlers.get(message.op)
+            if handler is None:
+                raise FrameRejectedError(
+                    "unknown_type", f"a {self.role} does not accept {message.op} messages"
+                )
+            handler(message, identity, sock)
+        except FrameRejectedError as exc:
+            self._reject(exc.reason, exc.detail)
+        except (FatalTransportError, RetryableTransportError):
+            raise  # the role's own state errors (e.g. ControllerLostError) stop it; they are not bad input
+        except TransportError as exc:  # e.g. MeshError / InvalidSequenceError from a crafted message
+            self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self.counters_.reject(reason)
+        self._limited.warning(
+            f"reject:{reason}", "%s %s rejected a message (%s): %s", self.role, self.address, reason, detail
+        )
+
+    # ------------------------------------------------------------------- sending
+    def _send(self, sock: zmq.Socket, message: Message, identity: bytes | None = None) -> bool:
+        """Send without blocking (chunked if large); False when the peer's queue is full or it is gone."""
+        parts = (
+            split_message(message, self.config.chunk_bytes, next(self._msg_ids))
+            if needs_chunking(message, self.config.chunk_bytes)
+            else [message]
+        )
+        for part in parts:
+            frames = encode_frames(part)
+            if identity is not None:
+                frames = [identity, *frames]
+            try:
+                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return False
+            except zmq.ZMQError as exc:  # EHOSTUNREACH from a ROUTER: the asker is gone
+                self._limited.warning("send-error", "%s could not send %s: %s", self.role, message.op, exc)
+                return False
+            self.counters_.add("frames_out")
+            self.counters_.add("bytes_out", sum(frame_size(f) for f in frames[(1 if identity else 0) :]))
+        return True
+
+    def _frames(self, message: Message) -> list[list[Any]]:
+        parts = (
+            split_message(message, self.config.chunk_bytes, next(self._msg_ids))
+            if needs_chunking(message, self.config.chunk_bytes)
+            else [message]
+        )
+        return [encode_frames(part) for part in parts]
+
+    def _try_send(self, sock: zmq.Socket, frames: list[Any]) -> bool:
+        try:
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        self.counters_.add("frames_out")
+        self.counters_.add("bytes_out", sum(frame_size(f) for f in frames))
+        return True
+
+    def _post(self, peer: Peer, message: Message, *, droppable: bool = False, token: Any = None) -> bool:
+        """Send to a peer without blocking, queueing in ``peer.pending`` when its socket is full.
+
+        Returns False only for a droppable message (a relayed update) that found the peer's
+        overflow queue full (see peer.py for the policy).
+        """
+        if droppable and len(peer.pending) >= self.config.peer_queue_messages:
+            peer.dropped += 1
+            return False
+        batches = self._frames(message)
+        if not peer.pending:
+            while batches and self._try_send(peer.socket, batches[0]):
+                batches.pop(0)
+            if not batches:
+                if token is not None:
+                    token.sent()
+                return True
+        for i, frames in enumerate(batches):
+            peer.pending.append((frames, token if i == len(batches) - 1 else None))
+        self._watch_out(peer, True)
+        return True
+
+    def _flush_all(self, timeout_s: float) -> None:
+        """At stop: give queued frames up to ``timeout_s`` to reach their sockets."""
+        deadline = time.monotonic() + timeout_s
+        while self._out_peers and time.monotonic() < deadline:
+            events = dict(self._poller.poll(20))
+            for sock, peer in list(self._out_peers.items()):
+                if events.get(sock, 0) & zmq.POLLOUT:
+                    self._flush(peer)
+
+    def _flush(self, peer: Peer) -> None:
+        while peer.pending:
+            frames, token = peer.pending[0]
+            if not self._try_send(peer.socket, frames):
+                return
+            peer.pending.popleft()
+            if token is not None:
+                token.sent()
+        self._watch_out(peer, False)
+
+    def _watch_out(self, peer: Peer, on: bool) -> None:
+        sock = peer.socket
+        flags = (zmq.POLLIN if sock in self._reply_sockets else 0) | (zmq.POLLOUT if on else 0)
+        if on:
+            self._out_peers[sock] = peer
+        else:
+            self._out_peers.pop(sock, None)
+        if flags:
+            self._poller.register(sock, flags)
+        elif sock in self._registered():
+            self._poller.unregister(sock)
+
+    def _registered(self) -> set[zmq.Socket]:
+        return {s for s, _ in self._poller.sockets}
+
+    def _connect(self, node_id: int, address: str) -> Peer:
+        cfg = self.config
+        sock = connect_dealer(
+            self._ctx,
+            self._security,
+            address,
+            hwm=cfg.peer_queue_messages,
+            max_message_bytes=cfg.max_message_bytes,
+        )
+        return Peer(node_id, address, sock)
+
+    def _listen(self, sock: zmq.Socket) -> None:
+        """Also receive on an outgoing socket (replies to requests come back on it)."""
+        if sock not in self._reply_sockets:
+            self._reply_sockets.append(sock)
+            self._poller.register(sock, zmq.POLLIN | (zmq.POLLOUT if sock in self._out_peers else 0))
+
+    def _close_peer(self, peer: Peer, linger_s: float = 0.0) -> None:
+        if peer.socket in self._reply_sockets:
+            self._reply_sockets.remove(peer.socket)
+        self._out_peers.pop(peer.socket, None)
+        if peer.socket in self._registered():
+            self._poller.unregister(peer.socket)
+        peer.close(linger_s)
+
+    def _apply_update(self, payload: np.ndarray, header: dict) -> None:
+        """Add one encoded update into the local parameters (or hand it to the apply hook)."""
+        if self._apply_hook is not None:
+            self._apply_hook(payload, header)
+            return
+        from psrv.encoding import decode
+
+        with self.lock:
+            decode(payload, self.params)
+
+    # ------------------------------------------------------------------ hooks
+    def _on_start(self) -> None:
+        self._ready.set()
+
+    def _on_stop(self) -> None:
+        pass
+
+    def _on_failure(self, exc: BaseException) -> None:
+        pass
+
+    def _tick(self) -> None:
+        pass
+
+    def _all_peers(self) -> list[Peer]:
+        return []
+
+    def _close_sockets(self) -> None:
+        for peer in self._all_peers():
+            with contextlib.suppress(zmq.ZMQError):
+                peer.close(self.config.linger_s if self._error is None else 0.0)
+        for name in ("_router", "_wake_pull", "_wake_push"):
+            sock = getattr(self, name, None)
+            if sock is not None and not sock.closed:
+                sock.close(0)
+        if self._security is not None:
+            self._security.close()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None

@@ -1,0 +1,499 @@
+"""A node: one per worker process, beside its training loop.
+
+``Node(config, params, controller_address).start()`` binds an ephemeral port, joins the
+controller (retrying with back-off until ``join_timeout_s``), starts receiving updates, then
+downloads the master copy with the exact set of sequences it includes and applies only what is
+newer (held updates are replayed, nothing twice, nothing lost). After that every update that
+arrives is relayed onward (never back where it came from) and applied once into ``params``
+under ``node.lock``.
+
+The training loop applies its own update and calls ``submit`` inside one ``with node.lock:``
+(or calls ``submit(message, apply_locally=True)``, which does both): a re-sync then never
+loses a local update. If the controller goes silent for ``controller_timeout_s`` (or says it
+shuts down) the node stops and ``submit``/``wait``/``error`` surface ControllerLostError.
+
+Re-sync: the controller's heartbeats carry its per-origin watermarks; a node still below a
+watermark the controller announced two beats earlier missed something (a queue overflowed,
+a relay died) and downloads the master copy again, replaying from a bounded ring the updates it
+applied that the download does not include.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from psrv.transport.config import TransportConfig
+from psrv.transport.controller import check_payload, validate_update
+from psrv.transport.dedup import SeenUpdates
+from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
+from psrv.transport.errors import (
+    ControllerLostError,
+    FrameRejectedError,
+    InvalidUpdateError,
+    JoinError,
+    NotRunningError,
+    SendQueueFullError,
+    TransportError,
+)
+from psrv.transport.membership import ControllerWatch, HeartbeatTimer
+from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.transport.messages import UNJOINED, Message, Op
+from psrv.transport.peer import Peer, SentToken
+from psrv.transport.seen import covered, restore
+
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 2.0
+_STATS_KEYS = (
+    "updates_sent",
+    "updates_received",
+    "updates_applied",
+    "updates_relayed",
+    "duplicates_dropped",
+    "updates_dropped_backpressure",
+    "resyncs",
+    "rejected_total",
+)
+
+
+class NodeState(StrEnum):
+    JOINING = "joining"
+    SYNCING = "syncing"
+    RUNNING = "running"
+
+
+class Node(Endpoint):
+    """A worker's endpoint; see the module docstring. Use as a context manager or start()/stop()."""
+
+    role = "node"
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        params: np.ndarray,
+        controller_address: str,
+        *,
+        lock: threading.RLock | None = None,
+        apply: ApplyHook | None = None,
+        want_updater_state: bool = False,
+    ) -> None:
+        super().__init__(config, params, lock=lock, apply=apply)
+        self.controller_address = controller_address
+        self.want_updater_state = want_updater_state
+        self.updater_state: np.ndarray | None = None  # downloaded with the params when asked for
+        self.restart = False  # the controller knew this node's name from an earlier join
+        self.state = NodeState.JOINING
+        self.mesh: MeshOrganizer | None = None
+        self.seen = SeenUpdates(config.dedup_window)
+        self._seq = 0
+        self._ring: deque[tuple[int, int, np.ndarray, dict]] = deque()
+        self._ring_bytes = 0
+        self._ring_evicted: dict[int, int] = {}
+        self._held: list[tuple[int, int, np.ndarray, dict]] = []
+        self._backlog: list[tuple[np.ndarray, dict]] = []
+        self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
+        self._ctrl: Peer | None = None
+        self._peers: dict[int, Peer] = {}
+        self._watch: ControllerWatch | None = None
+        self._beat = HeartbeatTimer(config.heartbeat_s)
+        self._ctrl_watermarks: deque[dict[int, int]] = deque(maxlen=3)
+        self._token = ""
+        self._join_started = 0.0
+        self._join_attempts = 0
+        self._next_join = 0.0
+        self._backoff = _BACKOFF_FIRST_S
+        self._request_id = 0
+        self._sync_deadline = 0.0
+        self._last_sync = 0.0
+
+    # ------------------------------------------------------------------ caller API
+    def submit(
+        self, message: np.ndarray, *, iteration: int = 0, epoch: int = 0, apply_locally: bool = False
+    ) -> int:
+        """Send one encoded update (int32 message) to every other replica; returns its sequence number.
+
+        The caller must already have applied it to ``params`` (hold ``node.lock`` across that and this
+        call), or pass ``apply_locally=True``. The array is sent zero-copy: do not modify it afterwards.
+        Raises SendQueueFullError (retryable) when the queue stays full for ``submit_timeout_s``, and
+        the error that stopped the node (e.g. ControllerLostError) if it stopped.
+        """
+        if self._error is not None:
+            raise self._error
+        if not self.running:
+            raise NotRunningError("node is not running (call start() first)")
+        try:
+            payload, info = check_payload(message, self.params.size, "submitted update")
+        except FrameRejectedError as exc:
+            raise InvalidUpdateError(exc.detail) from None
+        fields = {
+            "iteration": int(iteration),
+            "epoch": int(epoch),
+            "tau": float(info.tau),
+            "encoding": info.form,
+        }
+        if not self._slots.acquire(timeout=self.config.submit_timeout_s):
+            raise SendQueueFullError(
+                f"node {self.node_id}: {self.config.submit_queue_messages} submitted updates "
+                f"still queued after {self.config.submit_timeout_s} s; submit again later"
+            )
+        with self.lock:
+            if apply_locally:
+                self._decode(payload)
+            if self.state is NodeState.RUNNING:
+                self._seq += 1
+                seq, origin = self._seq, self.node_id
+                self._remember(origin, seq, payload, fields)
+            else:  # (re)joining: numbered and sent once the catch-up is done
+                self._backlog.append((payload, fields))
+                self._slots.release()
+                return 0
+        self._commands.put(("send", origin, seq, payload, fields, True))
+        self._wake()
+        return seq
+
+    def counters(self) -> dict[str, Any]:
+        snap = super().counters()
+        snap["state"] = str(self.state)
+        snap["controller"] = self.controller_address
+        return snap
+
+    # ------------------------------------------------------------------ lifecycle
+    def _start_deadline_s(self) -> float:
+        return self.config.join_timeout_s + self.config.catchup_timeout_s + 1.0
+
+    def _start_timeout_error(self, waited: float) -> TransportError:
+        return JoinError(
+            f"node did not join and catch up with the controller at {self.controller_address} "
+            f"within {waited:.1f} s (local address {self.address})"
+        )
+
+    def _all_peers(self) -> list[Peer]:
+        return list(self._peers.values()) + ([self._ctrl] if self._ctrl is not None else [])
+
+    def _on_start(self) -> None:
+        self._ctrl = self._connect(CONTROLLER_ID, self.controller_address)
+        self._listen(self._ctrl.socket)
+        self._begin_join()
+
+    def _begin_join(self) -> None:
+        self.state = NodeState.JOINING
+        self._token = uuid.uuid4().hex
+        self._join_started = time.monotonic()
+        self._join_attempts = 0
+        self._next_join = 0.0
+        self._backoff = _BACKOFF_FIRST_S
+
+    def _on_stop(self) -> None:
+        self._drain_commands()
+        if self.node_id > 0 and self._ctrl is not None:
+            self._post(self._ctrl, Message(Op.LEAVE, {"reason": "node stopping"}, src=self.node_id))
+        self._flush_all(self.config.linger_s)
+        self.log.info(
+            "node %d (%s) stopping: %s",
+            self.node_id,
+            self.address,
+            {k: self.counters_[k] for k in ("updates_sent", "updates_applied", "duplicates_dropped")},
+        )
+
+    def _on_failure(self, exc: BaseException) -> None:
+        with self.lock:
+            self._backlog.clear()
+
+    # ------------------------------------------------------------------ commands
+    def _on_command(self, item: tuple) -> None:
+        kind, origin, seq, payload, fields, holds_slot = item
+        if origin != self.node_id or self.mesh is None:
+            if holds_slot:
+                self._slots.release()
+            return  # submitted before a rejoin: the re-sync replaced the params it was applied to
+        self.seen.first_time(origin, seq)
+        message = Message(Op.UPDATE, {"origin": origin, "seq": seq, **fields}, [payload], src=self.node_id)
+        targets = self.mesh.relay_targets(self.node_id, came_from=None)
+        token = SentToken(len(targets), self._slots) if holds_slot else None
+        self._relay(message, came_from=None, token=token)
+        self.counters_.add("updates_sent")
+
+    # ------------------------------------------------------------------ timers
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self.state is NodeState.JOINING:
+            if now - self._join_started > self.config.join_timeout_s:
+                raise JoinError(
+                    f"could not join the controller at {self.controller_address} from local address "
+                    f"{self.address}: no reply to {self._join_attempts} join attempts within "
+                    f"{self.config.join_timeout_s:.1f} s (is the controller running and reachable, "
+                    "and do the keys match?)"
+                )
+            if now >= self._next_join:
+                self._join_attempts += 1
+                self._post(
+                    self._ctrl,
+                    Message(
+                        Op.JOIN,
+                        {"address": self.address, "name": self.config.node_name, "token": self._token},
+                    ),
+                )
+                self._next_join = now + self._backoff
+                self._backoff = min(self._backoff * 2, _BACKOFF_MAX_S)
+            return
+        if self._watch is not None and self._watch.lost():
+            raise ControllerLostError(
+                f"node {self.node_id} ({self.address}) lost the controller at "
+                f"{self.controller_address}: silent for {self._watch.silent_for():.1f} s "
+                f"(timeout {self._watch.timeout_s:.1f} s)"
+            )
+        if self.state is NodeState.SYNCING and now > self._sync_deadline:
+            raise JoinError(
+                f"node {self.node_id}: the parameter download from {self.controller_address} did not "
+                f"finish within {self.config.catchup_timeout_s:.1f} s"
+            )
+        if self._beat.due():
+            self._send_heartbeat()
+
+    def _send_heartbeat(self) -> None:
+        stats: dict[str, Any] = {k: self.counters_[k] for k in _STATS_KEYS[:-1]}
+        stats["rejected_total"] = self.counters_.rejected_total()
+        stats["state"] = str(self.state)
+        if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
+            with self.lock:
+                stats.update(params_checksum(self.params))
+        version = self.mesh.version if self.mesh is not None else 0
+        self._post(
+            self._ctrl,
+            Message(
+                Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}}, src=self.node_id
+            ),
+        )
+
+    # ------------------------------------------------------------------ handlers
+    def _from_controller(self, msg: Message) -> bool:
+        if msg.src == CONTROLLER_ID:
+            if self._watch is not None:
+                self._watch.heard()
+            return True
+        return False
+
+    def on_join_reply(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if (
+            not self._from_controller(msg)
+            or self.state is not NodeState.JOINING
+            or msg["token"] != self._token
+        ):
+            return  # a late reply to an earlier attempt
+        mesh = MeshOrganizer.from_dict(msg["mesh"])
+        with self.lock:
+            self.node_id = msg["node_id"]
+            self._seq = 0
+        self.restart = msg["restart"]
+        pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
+        if pace != (self.config.heartbeat_s, self.config.missed_beats) and pace[0] > 0 and pace[1] > 0:
+            self.config = self.config.replace(
+                heartbeat_s=pace[0], missed_beats=pace[1]
+            )  # the controller's pace
+            self._beat = HeartbeatTimer(self.config.heartbeat_s)
+        self._watch = ControllerWatch(self.config.effective_controller_timeout_s)
+        self._install_mesh(mesh)
+        self.log.info(
+            "node %d joined the controller at %s from %s after %d attempt(s): parent %d, mesh version %d%s",
+            self.node_id,
+            self.controller_address,
+            self.address,
+            self._join_attempts,
+            mesh.parent(self.node_id),
+            mesh.version,
+            " (restart)" if self.restart else "",
+        )
+        self._begin_sync("catch-up after joining")
+
+    def on_mesh(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if not self._from_controller(msg) or self.mesh is None or msg["version"] <= self.mesh.version:
+            return
+        mesh = MeshOrganizer.from_dict(msg["mesh"])
+        if self.node_id not in mesh:
+            self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
+            return
+        self._install_mesh(mesh)
+
+    def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if not self._from_controller(msg) or self.state is not NodeState.RUNNING:
+            return
+        self._ctrl_watermarks.append({int(k): int(v) for k, v in msg["watermark"].items()})
+        if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
+            return
+        old = self._ctrl_watermarks[0]  # announced two beats ago: anything still missing is lost
+        mine = self.seen.watermark()
+        behind = [o for o, w in old.items() if o != self.node_id and mine.get(o, 0) < w]
+        if behind and time.monotonic() - self._last_sync > self.config.heartbeat_s * self.config.missed_beats:
+            self.log.warning(
+                "node %d is behind the controller for origins %s: re-syncing", self.node_id, behind[:8]
+            )
+            self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def on_update(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if self.state is NodeState.JOINING:
+            return
+        self._from_controller(msg)
+        payload = validate_update(msg, self.params.size)
+        self.counters_.add("updates_received")
+        origin, seq = msg["origin"], msg["seq"]
+        if not self.seen.first_time(origin, seq):
+            self.counters_.add("duplicates_dropped")
+            return
+        self._relay(Message(Op.UPDATE, msg.fields, msg.buffers, src=self.node_id), came_from=msg.src)
+        if self.state is NodeState.SYNCING:
+            self._held.append((origin, seq, payload, msg.fields))
+            return
+        with self.lock:
+            self._apply_update(payload, msg.fields)
+            self._remember(origin, seq, payload, msg.fields)
+        self.counters_.applied(origin)
+
+    def on_params_reply(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if (
+            not self._from_controller(msg)
+            or self.state is not NodeState.SYNCING
+            or msg["request_id"] != self._request_id
+        ):
+            return
+        master = np.frombuffer(msg.buffers[0], dtype=np.dtype(msg["dtype"]))
+        watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
+        extra = {int(o): set(map(int, s)) for o, s in msg["extra_seen"].items()}
+        replayed = 0
+        with self.lock:
+            np.copyto(self.params, master, casting="same_kind")
+            if msg["updater_dtype"] is not None:
+                self.updater_state = np.frombuffer(
+                    msg.buffers[1], dtype=np.dtype(msg["updater_dtype"])
+                ).copy()
+            incomplete = [o for o, s in self._ring_evicted.items() if s > watermark.get(o, 0)]
+            seen = restore(self.config.dedup_window, watermark, {o: sorted(s) for o, s in extra.items()})
+            for origin, seq, payload, fields in self._ring:  # applied here, not (yet) in the master copy
+                if not covered(watermark, extra, origin, seq):
+                    self._apply_update(payload, fields)
+                    seen.first_time(origin, seq)
+                    replayed += 1
+            for origin, seq, payload, fields in self._held:  # arrived during the download
+                if seen.first_time(origin, seq):
+                    self._apply_update(payload, fields)
+                    self._remember(origin, seq, payload, fields)
+                    self.counters_.applied(origin)
+            self._held.clear()
+            self.seen = seen
+            self.state = NodeState.RUNNING
+            backlog, self._backlog = self._backlog, []
+            for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
+                self._decode(payload)
+                self._seq += 1
+                self._remember(self.node_id, self._seq, payload, fields)
+                self._commands.put(("send", self.node_id, self._seq, payload, fields, False))
+        if incomplete:
+            self.counters_.add("resync_incomplete")
+            self.log.warning(
+                "node %d: the replay ring was too short for origins %s; this replica may differ",
+                self.node_id,
+                incomplete[:8],
+            )
+        self._last_sync = time.monotonic()
+        self._ctrl_watermarks.clear()
+        self._ready.set()
+        self.log.info(
+            "node %d caught up: %d values, %d origins covered, %d replayed",
+            self.node_id,
+            master.size,
+            len(watermark),
+            replayed,
+        )
+
+    def on_evicted(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if self._from_controller(msg) and self.state is not NodeState.JOINING:
+            self._rejoin(msg["reason"])
+
+    def on_shutdown(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if self._from_controller(msg):
+            raise ControllerLostError(
+                f"node {self.node_id} ({self.address}): the controller at "
+                f"{self.controller_address} shut down ({msg['reason']})"
+            )
+
+    # ------------------------------------------------------------------ internals
+    def _decode(self, payload: np.ndarray) -> None:
+        from psrv.encoding import decode
+
+        decode(payload, self.params)
+
+    def _remember(self, origin: int, seq: int, payload: np.ndarray, fields: dict) -> None:
+        """Keep an applied update for a later re-sync (caller holds the lock); bounded by count and bytes."""
+        self._ring.append((origin, seq, payload, fields))
+        self._ring_bytes += payload.nbytes
+        while self._ring and (
+            len(self._ring) > self.config.replay_ring_messages
+            or self._ring_bytes > self.config.replay_ring_bytes
+        ):
+            o, s, p, _ = self._ring.popleft()
+            self._ring_bytes -= p.nbytes
+            self._ring_evicted[o] = max(self._ring_evicted.get(o, 0), s)
+
+    def _relay(self, message: Message, came_from: int | None, token: SentToken | None = None) -> None:
+        own = came_from is None
+        for target in self.mesh.relay_targets(self.node_id, came_from=came_from):
+            peer = self._ctrl if target == CONTROLLER_ID else self._peers.get(target)
+            if peer is None:
+                if token is not None:
+                    token.sent()
+                continue
+            if self._post(peer, message, droppable=not own, token=token):
+                if not own:
+                    self.counters_.add("updates_relayed")
+            else:
+                self.counters_.add("updates_dropped_backpressure")
+                self._limited.warning(
+                    f"drop:{target}", "node %d: send queue to %d full, update dropped", self.node_id, target
+                )
+
+    def _install_mesh(self, mesh: MeshOrganizer) -> None:
+        self.mesh = mesh
+        self.counters_.gauges["mesh_version"] = mesh.version
+        wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
+        for node_id in list(self._peers):
+            peer = self._peers[node_id]
+            if node_id not in wanted or peer.address != mesh.address(node_id):
+                self._close_peer(self._peers.pop(node_id), self.config.linger_s)
+        for node_id in wanted - set(self._peers):
+            self._peers[node_id] = self._connect(node_id, mesh.address(node_id))
+
+    def _begin_sync(self, reason: str) -> None:
+        self.state = NodeState.SYNCING
+        self._request_id += 1
+        self._sync_deadline = time.monotonic() + self.config.catchup_timeout_s
+        self.counters_.add("resyncs")
+        self.log.info("node %d requesting the master copy (%s)", self.node_id, reason)
+        self._post(
+            self._ctrl,
+            Message(
+                Op.PARAMS_REQUEST,
+                {"request_id": self._request_id, "want_updater": self.want_updater_state},
+                src=self.node_id,
+            ),
+        )
+
+    def _rejoin(self, reason: str) -> None:
+        self.log.warning("node %d must rejoin: %s", self.node_id, reason)
+        with self.lock:
+            self._ring.clear()
+            self._ring_bytes = 0
+            self._ring_evicted.clear()
+            self._held.clear()
+            self.node_id = UNJOINED
+            self.state = NodeState.JOINING
+        for peer in self._peers.values():
+            self._close_peer(peer, 0.0)
+        self._peers.clear()
+        self.mesh = None
+        self.seen = SeenUpdates(self.config.dedup_window)
+        self.counters_.add("rejoins")
+        self._begin_join()
