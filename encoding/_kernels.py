@@ -95,20 +95,6 @@ _triple = types.Tuple((types.int64, types.int64, types.boolean))
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
-def _largest_magnitude(bits, abs_mask, lo, hi, full):
-    """The largest |x| of bits[lo:hi], as bits; a full block runs a fixed-length loop that LLVM vectorizes."""
-    block = bits[lo:hi]
-    largest = abs_mask ^ abs_mask
-    if full:
-        for j in range(BLOCK):
-            largest = max(largest, block[j] & abs_mask)
-    else:
-        for j in range(hi - lo):
-            largest = max(largest, block[j] & abs_mask)
-    return largest
-
-
-@numba.njit(inline="always", nogil=True, error_model="numpy")
 def _largest_in_word(bits, abs_mask, g):
     """The largest |x| of the 16 elements from g, as bits."""
     seg = bits[g:g + WORD_ELEMENTS]
@@ -149,6 +135,46 @@ def _indices_to_bitmap(indices, count, words):
         words[j // WORD_ELEMENTS] |= (1 << bit) | ((1 if index < 0 else 0) << (bit + 16))
 
 
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _visit_block(x, bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, words, count, bitmap_mode):
+    """Encode the hits of x[lo:hi] (a block known to hold at least one); return (count, bitmap_mode)."""
+    capacity = indices.shape[0]
+    for g in range(lo, hi, WORD_ELEMENTS):
+        if g + WORD_ELEMENTS <= hi and _largest_in_word(bits, abs_mask, g) < tau_bits:
+            continue  # a cheap vectorized test first: most words of a visited block hold no hit
+        values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
+        if values == 0:
+            continue
+        word = values | (signs << 16)
+        if bitmap_mode:
+            words[g // WORD_ELEMENTS] = word
+        while values:
+            k = trailing_zeros(values)
+            values &= values - 1
+            j = g + k
+            negative = (signs >> k) & 1
+            if not bitmap_mode:
+                if count == capacity:
+                    _indices_to_bitmap(indices, count, words)
+                    words[g // WORD_ELEMENTS] = word
+                    bitmap_mode = True
+                else:
+                    indices[count] = -(j + 1) if negative else j + 1
+            v = x[j]
+            originals[count] = v
+            count += 1
+            x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
+    return count, bitmap_mode
+
+
+@numba.njit(nogil=True, error_model="numpy")
+def _first_bad(bits, abs_mask, inf_bits, lo, hi):
+    for j in range(lo, hi):
+        if (bits[j] & abs_mask) >= inf_bits:
+            return j
+    return -1
+
+
 @_kernel([_triple(_f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32, _i8, _i8, _i4a, _f4a,
                   _u4a),
           _triple(_f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64, _i8, _i8, _i4a, _f8a,
@@ -157,54 +183,39 @@ def encode_range(x, bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indice
     """Encode x[start:stop] (start a multiple of 16) in one pass; return (count, first_bad, bitmap_mode).
 
     bits is x viewed as unsigned ints. Blocks of BLOCK elements are first reduced to their largest
-    |x| (vectorized); only blocks reaching tau are visited word by word, while still in cache. A block
-    holding NaN/inf stops the pass before it is touched: first_bad is then its first bad index (else -1)
-    and the caller restores what was changed (restore_sparse / restore_bitmap).
+    |x| (a fixed-length loop over a slice, which LLVM vectorizes); only blocks reaching tau are visited
+    word by word, while still in cache. A block holding NaN/inf stops the pass before it is touched:
+    first_bad is then its first bad index (else -1) and the caller restores what was changed
+    (restore_sparse / restore_bitmap).
     Hits go to `indices` (1-based signed, capacity len(indices)) until they would overflow it; then the
     range switches to bitmap mode: the indices so far become bits of `words` (the global bitmap, zero on
     entry) and the rest is written there directly. Every hit's original value is logged in `originals`.
     """
-    capacity = indices.shape[0]
     count = 0
     bitmap_mode = False
+    zero = tau_bits ^ tau_bits
     full_blocks = (stop - start) // BLOCK
-    for i in range(full_blocks + 1):
+    for i in range(full_blocks):
         lo = start + i * BLOCK
-        if lo >= stop:
-            break
-        hi = min(lo + BLOCK, stop)
-        largest = _largest_magnitude(bits, abs_mask, lo, hi, i < full_blocks)
-        if largest < tau_bits:
-            continue
-        if largest >= inf_bits:
-            for j in range(lo, hi):
-                if (bits[j] & abs_mask) >= inf_bits:
-                    return count, j, bitmap_mode
-        for g in range(lo, hi, WORD_ELEMENTS):
-            if g + WORD_ELEMENTS <= hi and _largest_in_word(bits, abs_mask, g) < tau_bits:
-                continue  # a cheap vectorized test first: most words of a visited block hold no hit
-            values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
-            if values == 0:
-                continue
-            word = values | (signs << 16)
-            if bitmap_mode:
-                words[g // WORD_ELEMENTS] = word
-            while values:
-                k = trailing_zeros(values)
-                values &= values - 1
-                j = g + k
-                negative = (signs >> k) & 1
-                if not bitmap_mode:
-                    if count == capacity:
-                        _indices_to_bitmap(indices, count, words)
-                        words[g // WORD_ELEMENTS] = word
-                        bitmap_mode = True
-                    else:
-                        indices[count] = -(j + 1) if negative else j + 1
-                v = x[j]
-                originals[count] = v
-                count += 1
-                x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
+        block = bits[lo:lo + BLOCK]
+        largest = zero
+        for j in range(BLOCK):
+            largest = max(largest, block[j] & abs_mask)
+        if largest >= tau_bits:
+            if largest >= inf_bits:
+                return count, _first_bad(bits, abs_mask, inf_bits, lo, lo + BLOCK), bitmap_mode
+            count, bitmap_mode = _visit_block(x, bits, tau, abs_mask, tau_bits, lo, lo + BLOCK, indices,
+                                              originals, words, count, bitmap_mode)
+    lo = start + full_blocks * BLOCK
+    if lo < stop:
+        largest = zero
+        for j in range(lo, stop):
+            largest = max(largest, bits[j] & abs_mask)
+        if largest >= tau_bits:
+            if largest >= inf_bits:
+                return count, _first_bad(bits, abs_mask, inf_bits, lo, stop), bitmap_mode
+            count, bitmap_mode = _visit_block(x, bits, tau, abs_mask, tau_bits, lo, stop, indices,
+                                              originals, words, count, bitmap_mode)
     return count, -1, bitmap_mode
 
 

@@ -13,6 +13,7 @@ tau is rounded to float32 before it is used, so the sender and every receiver ap
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -119,11 +120,7 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
     tau_bits = np.array([tau]).view(bits_dtype)[0]
     words = bitmap_words(n)
     chunks = _chunks(n, threads)
-    # scratch: each chunk's indices (capacity: its words), the originals log, and the would-be bitmap
-    indices = np.empty(words, dtype=np.int32)
-    originals = np.empty(n, dtype=residual.dtype)
-    bitmap_message = np.zeros(HEADER_WORDS + words, dtype=np.int32)
-    bitmap = bitmap_message[HEADER_WORDS:].view(np.uint32)
+    indices, originals, bitmap = _scratch(n, residual.dtype)
     word_ranges = [(lo // k.WORD_ELEMENTS, -(-hi // k.WORD_ELEMENTS)) for lo, hi in chunks]
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
@@ -142,6 +139,7 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
                 k.restore_bitmap(residual, bitmap, w0, w1, originals[lo:hi])
             else:
                 k.restore_sparse(residual, indices[w0:w1], count, originals[lo:hi])
+        _clear_bitmap(bitmap, results, word_ranges)
         raise NonFiniteResidualError(int(bad[0]), float(residual[bad[0]]))
 
     total = sum(count for count, _, _ in results)
@@ -158,13 +156,50 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
             else:
                 message[pos:pos + count] = indices[w0:w0 + count]
                 pos += count
+        _clear_bitmap(bitmap, results, word_ranges)
         return message
     for c, (count, _, bitmap_mode) in enumerate(results):
         if not bitmap_mode:
             w0, w1 = word_ranges[c]
             k.indices_to_bitmap(indices[w0:w1], count, bitmap)
-    bitmap_message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
-    return bitmap_message
+    message = np.empty(HEADER_WORDS + words, dtype=np.int32)
+    message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
+    message[HEADER_WORDS:] = bitmap.view(np.int32)
+    bitmap[:] = 0
+    return message
+
+
+_local = threading.local()
+_SCRATCH_SIZES_KEPT = 4
+
+
+def _scratch(n: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-thread work buffers for a vector of n elements, reused across calls.
+
+    indices (one slot per bitmap word: a sparse message never needs more), the log of original values
+    (n; only the first `count` entries are ever written, so only those pages become resident) and a
+    bitmap that is all zero between calls. Reuse spares page faults that cost more than a sparse encode.
+    """
+    cache = getattr(_local, "scratch", None)
+    if cache is None:
+        cache = _local.scratch = {}
+    key = (n, dtype)
+    buffers = cache.pop(key, None)
+    if buffers is None:
+        words = bitmap_words(n)
+        buffers = (np.empty(words, dtype=np.int32), np.empty(n, dtype=dtype),
+                   np.zeros(words, dtype=np.uint32))
+        while len(cache) >= _SCRATCH_SIZES_KEPT:
+            cache.pop(next(iter(cache)))
+    cache[key] = buffers  # most recently used last
+    return buffers
+
+
+def _clear_bitmap(bitmap: np.ndarray, results, word_ranges) -> None:
+    """Zero the parts of the shared bitmap that chunks in bitmap mode wrote."""
+    for (_, _, bitmap_mode), (w0, w1) in zip(results, word_ranges, strict=True):
+        if bitmap_mode:
+            bitmap[w0:w1] = 0
 
 
 def _run_serial(function, *iterables):
