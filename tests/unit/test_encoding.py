@@ -448,3 +448,25 @@ def test_non_finite_after_the_encoder_switched_to_bitmap(small_chunks, threads) 
         encode(x, 0.5, threads=threads)
     assert caught.value.index == 3000
     np.testing.assert_array_equal(uint_view(x), uint_view(before))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_reused_work_buffers_carry_nothing_between_calls(small_chunks, threads) -> None:
+    rng = np.random.default_rng(5)
+    dense = (rng.standard_normal(4096) * 3).astype(np.float32)
+    sparse = np.zeros(4096, dtype=np.float32)
+    sparse[[5, 1000, 4000]] = [2.0, -2.0, 2.0]
+    poisoned = dense.copy()
+    poisoned[2500] = np.nan
+    medium = np.zeros(4096, dtype=np.float32)  # a bitmap with many empty words: stale bits would show
+    medium[rng.choice(4096, size=300, replace=False)] = 2.0
+    for x in (dense, sparse, poisoned, medium, dense, medium, poisoned, sparse, medium):
+        ours, theirs = x.copy(), x.copy()
+        try:
+            expected = reference_encode(theirs, 0.5)
+        except ReferenceNonFinite:
+            with pytest.raises(NonFiniteResidualError):
+                encode(ours, 0.5, threads=threads)
+            continue
+        np.testing.assert_array_equal(encode(ours, 0.5, threads=threads), expected)
+        np.testing.assert_array_equal(ours, theirs)
