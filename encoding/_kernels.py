@@ -278,33 +278,29 @@ def validate_sparse(message, n):
     return OK, -1
 
 
-@_kernel([_pair(_u4r, _i8)])
+@_kernel([types.UniTuple(types.int64, 3)(_u4r, _i8)])
 def validate_bitmap(words, n):
-    """Check bitmap words: a sign bit only beside its value bit, no bit beyond element n. (code, word)."""
+    """Check bitmap words: a sign bit only beside its value bit, no bit beyond element n.
+
+    Returns (code, word, count): count is the number of value bits, valid only when code is OK.
+    """
+    total = 0
     for w in range(words.shape[0]):
         v = np.int64(words[w])
         if (v >> 16) & ~(v & 0xFFFF):
-            return BAD_SIGN_WITHOUT_VALUE, w
+            return BAD_SIGN_WITHOUT_VALUE, w, 0
+        v &= 0xFFFF
+        v = v - ((v >> 1) & 0x5555)
+        v = (v & 0x3333) + ((v >> 2) & 0x3333)
+        v = (v + (v >> 4)) & 0x0F0F
+        total += (v + (v >> 8)) & 0x1F
     tail = n % WORD_ELEMENTS
     if tail and words.shape[0] > 0:
         used = (1 << tail) - 1
         v = np.int64(words[words.shape[0] - 1])
         if (v & 0xFFFF) & ~used:
-            return BAD_PADDING, words.shape[0] - 1
-    return OK, -1
-
-
-@_kernel([_i8(_u4r)])
-def bitmap_count(words):
-    """How many elements a bitmap sets (popcount of the value bits)."""
-    total = 0
-    for w in range(words.shape[0]):
-        v = np.int64(words[w]) & 0xFFFF
-        v = v - ((v >> 1) & 0x5555)
-        v = (v & 0x3333) + ((v >> 2) & 0x3333)
-        v = (v + (v >> 4)) & 0x0F0F
-        total += (v + (v >> 8)) & 0x1F
-    return total
+            return BAD_PADDING, words.shape[0] - 1, 0
+    return OK, -1, total
 
 
 @_kernel([types.void(_i4r, _f4a, types.float32), types.void(_i4r, _f8a, types.float64)])
@@ -341,7 +337,7 @@ def load_all() -> None:
 
 
 ALL_KERNELS = (encode_range, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
-               validate_sparse, validate_bitmap, bitmap_count, apply_sparse, apply_bitmap)
+               validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -13,6 +13,7 @@ tau is rounded to float32 before it is used, so the sender and every receiver ap
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ PARALLEL_MIN_ELEMENTS_PER_THREAD = 1 << 21
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WIRE_INT32 = np.dtype("<i4")
+_I32 = struct.Struct("<i")
+_F32_FROM_BITS = struct.Struct("<f")
 
 
 @dataclass(frozen=True)
@@ -244,8 +247,8 @@ def _parse(message) -> tuple[np.ndarray, MessageInfo]:
     if array.shape[0] < HEADER_WORDS:
         raise MalformedMessageError(
             f"message has {array.shape[0]} int32 words; a header alone is {HEADER_WORDS}")
-    first, n, tau_bits, form = (int(v) for v in array[:HEADER_WORDS])
-    tau = float(np.array([tau_bits], dtype=np.int32).view(np.float32)[0])
+    first, n, tau_bits, form = array[:HEADER_WORDS].tolist()
+    tau = _F32_FROM_BITS.unpack(_I32.pack(tau_bits))[0]
     if not (math.isfinite(tau) and tau > 0):
         raise MalformedMessageError(f"header threshold must be a positive finite float32, got {tau!r}")
     if n < 0:
@@ -268,12 +271,11 @@ def _parse(message) -> tuple[np.ndarray, MessageInfo]:
             raise MalformedMessageError(f"bitmap message has {array.shape[0] - HEADER_WORDS} words; N={n} "
                                         f"needs {words}")
         bitmap = array[HEADER_WORDS:].view(np.uint32)
-        code, position = k.validate_bitmap(bitmap, n)
+        code, position, count = k.validate_bitmap(bitmap, n)
         if code == k.BAD_SIGN_WITHOUT_VALUE:
             raise MalformedMessageError(f"bitmap word {position} sets a sign bit without its value bit")
         if code == k.BAD_PADDING:
             raise MalformedMessageError(f"bitmap word {position} sets bits beyond element N={n}")
-        count = int(k.bitmap_count(bitmap))
     else:
         raise MalformedMessageError(f"unknown message form {form} (expected 0 = sparse or 1 = bitmap)")
     return array, MessageInfo(form=FORM_NAMES[form], count=count, n=n, tau=tau)
@@ -312,7 +314,7 @@ def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndar
     if info.n != target.shape[0]:
         raise MalformedMessageError(
             f"message is for N={info.n} elements but the target has {target.shape[0]}")
-    delta = target.dtype.type(np.float64(np.float32(info.tau)) * scale)
+    delta = target.dtype.type(info.tau * scale)  # info.tau is the float32 value, exactly
     if info.form == "sparse":
         k.apply_sparse(array, target, delta)
     else:
