@@ -26,7 +26,7 @@ class TransportConfig:
     fan_out: int = 8  # most children per place in MESH mode
     heartbeat_s: float = 1.0  # beat interval, both ways
     missed_beats: int = 3  # a node silent for this many beats is offline
-    controller_timeout_s: float | None = None  # node side; None = heartbeat_s * (missed_beats + 1)
+    controller_timeout_s: float | None = None  # node side; None = heartbeat_s * (missed_beats + 0.5)
     join_timeout_s: float = 30.0  # join retries with back-off until this deadline
     catchup_timeout_s: float = 120.0  # the parameter download after joining must finish within this
     keys: Any = None  # KeySet for CurveZMQ, or None
@@ -55,7 +55,7 @@ class TransportConfig:
     def effective_controller_timeout_s(self) -> float:
         if self.controller_timeout_s is not None:
             return self.controller_timeout_s
-        return self.heartbeat_s * (self.missed_beats + 1)
+        return self.heartbeat_s * (self.missed_beats + 0.5)
 
     def validate(self) -> None:
         """Raise TransportConfigError naming the first field whose value cannot work."""

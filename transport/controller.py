@@ -326,6 +326,7 @@ class Controller(Endpoint):
                 "name": r.name,
                 "state": r.state,
                 "reason": r.reason,
+                "left_at": r.left_at,
                 "stats": r.stats,
             }
             for r in self._departed

@@ -110,6 +110,7 @@ class Node(Endpoint):
         self._request_id = 0
         self._sync_deadline = 0.0
         self._last_sync = 0.0
+        self._last_tick = time.monotonic()
 
     # ------------------------------------------------------------------ caller API
     def submit(
@@ -159,6 +160,7 @@ class Node(Endpoint):
     def counters(self) -> dict[str, Any]:
         snap = super().counters()
         snap["state"] = str(self.state)
+        snap["restart"] = self.restart
         snap["controller"] = self.controller_address
         return snap
 
@@ -221,6 +223,15 @@ class Node(Endpoint):
     # ------------------------------------------------------------------ timers
     def _tick(self) -> None:
         now = time.monotonic()
+        stalled, self._last_tick = now - self._last_tick, now
+        if self._watch is not None and stalled > 2 * self.config.heartbeat_s:
+            # this process was frozen (SIGSTOP, swapping): the silence was ours, not the controller's;
+            # beat at once and let the controller say whether we are still a member
+            self.log.warning(
+                "node %d was frozen for %.1f s; checking in with the controller", self.node_id, stalled
+            )
+            self._watch.heard()
+            self._beat = HeartbeatTimer(self.config.heartbeat_s)
         if self.state is NodeState.JOINING:
             if now - self._join_started > self.config.join_timeout_s:
                 raise JoinError(

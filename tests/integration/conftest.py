@@ -110,6 +110,7 @@ class Cluster:
         mesh: str = "plain",
         fan_out: int = 8,
         heartbeat_ms: int = HEARTBEAT_MS,
+        missed_beats: int = 4,
         keys: str | None = None,
         port: int = 0,
     ) -> Proc:
@@ -123,7 +124,7 @@ class Cluster:
             "--mesh",
             mesh,
             "--missed-beats",
-            "4",
+            str(missed_beats),
             "--fan-out",
             str(fan_out),
             "--heartbeat-ms",
