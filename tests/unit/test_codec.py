@@ -1,0 +1,184 @@
+"""The header codec without sockets: round trips, and every rejection reason."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psrv.transport.codec import decode_frames, encode_frames, pack_header, update_payload
+from psrv.transport.errors import FrameRejectedError
+from psrv.transport.messages import PROTOCOL_VERSION, Message, Op
+
+UPDATE_FIELDS = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 1e-3, "encoding": "sparse"}
+
+
+def sample(op: Op) -> Message:
+    params = np.arange(6, dtype=np.float32)
+    samples = {
+        Op.JOIN: ({"address": "127.0.0.1:5000", "name": "part-3", "token": "abc"}, []),
+        Op.JOIN_REPLY: (
+            {
+                "node_id": 4,
+                "mesh": {"version": 2},
+                "restart": True,
+                "heartbeat_s": 0.5,
+                "missed_beats": 3,
+                "token": "abc",
+            },
+            [],
+        ),
+        Op.MESH: ({"mesh": {"nodes": [[0, -1, "x", [1]]]}, "version": 9}, []),
+        Op.UPDATE: (UPDATE_FIELDS, [np.array([5, 1, 2, 3], dtype=np.int32)]),
+        Op.PARAMS_REQUEST: ({"request_id": 1, "want_updater": False}, []),
+        Op.PARAMS_REPLY: (
+            {
+                "request_id": 1,
+                "dtype": "<f4",
+                "size": 6,
+                "updater_dtype": None,
+                "updater_size": 0,
+                "watermark": {1: 10, 2: 3},
+                "extra_seen": {2: [5, 6]},
+            },
+            [params],
+        ),
+        Op.CHUNK: (
+            {
+                "msg_id": 1,
+                "index": 0,
+                "count": 2,
+                "offset": 0,
+                "total": 8,
+                "inner": {"op": "update"},
+                "lengths": [8],
+            },
+            [b"abcd"],
+        ),
+        Op.HEARTBEAT: ({"mesh_version": 3, "stats": {"updates_sent": 4}, "watermark": {1: 2}}, []),
+        Op.LEAVE: ({"reason": "done"}, []),
+        Op.EVICTED: ({"reason": "unknown"}, []),
+        Op.SHUTDOWN: ({"reason": "stop"}, []),
+        Op.STATUS_REQUEST: ({}, []),
+        Op.STATUS_REPLY: ({"status": {"nodes": []}}, []),
+    }
+    fields, buffers = samples[op]
+    return Message(op, dict(fields), list(buffers), src=2)
+
+
+def as_bytes(frames: list) -> list[bytes]:
+    return [f if isinstance(f, bytes) else memoryview(f).cast("B").tobytes() for f in frames]
+
+
+@pytest.mark.parametrize("op", list(Op))
+def test_every_op_round_trips(op: Op) -> None:
+    message = sample(op)
+    decoded = decode_frames(as_bytes(encode_frames(message)))
+    assert decoded.op is op and decoded.src == 2
+    assert decoded.fields == message.fields
+    assert [bytes(b) for b in decoded.buffers] == as_bytes(message.buffers)
+
+
+def test_update_payload_is_a_view_of_the_frame_not_a_copy() -> None:
+    frame = bytearray(np.array([5, 1, 2, 3], dtype=np.int32).tobytes())
+    message = decode_frames([pack_header(sample(Op.UPDATE).header()), memoryview(frame)])
+    payload = update_payload(message)
+    assert payload.tolist() == [5, 1, 2, 3]
+    frame[0] = 9
+    assert payload[0] == 9, "the payload must alias the received buffer"
+
+
+def test_encode_passes_buffers_through_untouched() -> None:
+    array = np.array([1, 2], dtype=np.int32)
+    frames = encode_frames(Message(Op.UPDATE, UPDATE_FIELDS, [array], src=1))
+    assert frames[1] is array
+
+
+def header(**changes) -> bytes:
+    h = sample(Op.UPDATE).header()
+    h.update(changes)
+    return pack_header({k: v for k, v in h.items() if v is not ...})
+
+
+PAYLOAD = np.array([5, 1, 2, 3], dtype=np.int32).tobytes()
+
+
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([], "empty"),
+        ([b"\xc1\xff\x00garbage"], "bad_header"),
+        ([msgpack.packb([1, 2, 3])], "bad_header"),
+        ([header(v=PROTOCOL_VERSION + 1), PAYLOAD], "unknown_version"),
+        ([header(v=...), PAYLOAD], "unknown_version"),
+        ([header(op="teleport"), PAYLOAD], "unknown_type"),
+        ([header(op=5), PAYLOAD], "unknown_type"),
+        ([header(src="me"), PAYLOAD], "bad_field"),
+        ([header(src=-7), PAYLOAD], "bad_field"),
+        ([header(seq=...), PAYLOAD], "bad_field"),
+        ([header(seq="7"), PAYLOAD], "bad_field"),
+        ([header(seq=True), PAYLOAD], "bad_field"),
+        ([header(seq=0), PAYLOAD], "bad_field"),
+        ([header(extra=1), PAYLOAD], "bad_field"),
+        ([header()], "bad_buffers"),
+        ([header(), PAYLOAD, PAYLOAD], "bad_buffers"),
+        ([header(), PAYLOAD[:-1]], "bad_payload"),
+        ([header(), b""], "bad_payload"),
+    ],
+)
+def test_bad_frames_are_rejected_with_their_reason(frames: list, reason: str) -> None:
+    with pytest.raises(FrameRejectedError) as info:
+        decode_frames(frames)
+    assert info.value.reason == reason
+    assert info.value.detail  # says what was expected and what came
+
+
+def test_size_limits() -> None:
+    with pytest.raises(FrameRejectedError) as info:
+        decode_frames([header(), PAYLOAD], max_header_bytes=10)
+    assert info.value.reason == "header_too_large"
+    with pytest.raises(FrameRejectedError) as info:
+        decode_frames([header(), PAYLOAD * 100], max_message_bytes=1000)
+    assert info.value.reason == "message_too_large"
+
+
+def test_params_reply_buffer_must_match_its_header() -> None:
+    message = sample(Op.PARAMS_REPLY)
+    message.fields["size"] = 7
+    with pytest.raises(FrameRejectedError) as info:
+        decode_frames(as_bytes(encode_frames(message)))
+    assert info.value.reason == "bad_payload"
+    message.fields.update(size=6, dtype="<i4")
+    with pytest.raises(FrameRejectedError, match="float"):
+        decode_frames(as_bytes(encode_frames(message)))
+
+
+def test_inconsistent_chunk_is_rejected() -> None:
+    message = sample(Op.CHUNK)
+    message.fields["offset"] = 6  # 6 + 4 > total 8
+    with pytest.raises(FrameRejectedError) as info:
+        decode_frames(as_bytes(encode_frames(message)))
+    assert info.value.reason == "bad_chunk"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=4))
+def test_random_bytes_never_escape_as_anything_but_a_rejection(frames: list[bytes]) -> None:
+    with contextlib.suppress(FrameRejectedError):
+        decode_frames(frames)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["v", "op", "src", "origin", "seq", "tau", "encoding", "iteration", "epoch", "x"]),
+        st.one_of(st.integers(-3, 3), st.text(max_size=3), st.none(), st.floats(), st.booleans()),
+        max_size=10,
+    )
+)
+def test_random_headers_never_escape_as_anything_but_a_rejection(h: dict) -> None:
+    with contextlib.suppress(FrameRejectedError):
+        decode_frames([pack_header(h), PAYLOAD])
