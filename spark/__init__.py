@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from psrv.spark.config import VoidConfiguration
 from psrv.spark.errors import (
+    ControllerUnreachableError,
     EvaluationFileError,
     ExportError,
     FatalSparkError,
@@ -18,8 +20,12 @@ from psrv.spark.network import SparkNetwork
 from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
 from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_repartition, repartition_rdd
 from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.shared_training import SharedTrainingMaster
 
 __all__ = [
+    "ControllerUnreachableError",
+    "SharedTrainingMaster",
+    "VoidConfiguration",
     "EvaluationFileError",
     "ExportError",
     "FatalSparkError",

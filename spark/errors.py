@@ -42,3 +42,7 @@ class PrefetchTimeoutError(RetryableSparkError, TimeoutError):
 
 class TrainingJobError(SparkError):
     """A distributed training job failed; the message names the stage and the first cause."""
+
+
+class ControllerUnreachableError(RetryableSparkError, ConnectionError):
+    """A worker could not join the gradient-sharing controller (the message names address and mask)."""

@@ -1,0 +1,125 @@
+"""VoidConfiguration: where the gradient-sharing controller listens and how workers reach it.
+
+Named after DL4J's ``VoidConfiguration``. The driver turns it into a
+``psrv.transport.TransportConfig`` for its controller and one for the nodes in the tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psrv.spark.errors import SparkConfigError
+
+MESH_MODES = ("plain", "mesh")
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """``"host:port"`` -> (host, port); ``"host"`` -> (host, None). IPv6 in brackets: ``"[::1]:5"``."""
+    text = str(address).strip()
+    if not text:
+        raise SparkConfigError("controller_address: expected 'host' or 'host:port', got an empty string")
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        return host, None
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SparkConfigError(
+            f"controller_address: port {port_text!r} in {address!r} is not a number"
+        ) from None
+    if not 0 < port <= 65535:
+        raise SparkConfigError(f"controller_address: port {port} in {address!r} is outside 1..65535")
+    return host, port
+
+
+@dataclass
+class VoidConfiguration:
+    """Settings of the gradient-sharing transport as a Spark user sees them.
+
+    - ``controller_address``: the address workers connect to (``host`` or ``host:port``). Default:
+      the driver's address inside ``network_mask``, else Spark's ``spark.driver.host``. A port
+      given here is what workers dial (e.g. a forwarded port); the controller binds ``unicast_port``.
+    - ``unicast_port``: the controller's port on the driver (0 = any free port). Nodes on the
+      executors always bind ephemeral ports, so executors sharing a host never collide.
+    - ``network_mask``: CIDR (e.g. ``10.0.0.0/16``) choosing the interface every process binds and
+      advertises; the ``PSRV_IP`` environment variable overrides it per process.
+    - ``mesh_build_mode``: ``plain`` (every node a child of the controller; fine below ~32 workers)
+      or ``mesh`` (a breadth-first tree, 8 children per node).
+    - ``heartbeat_ms``: beat interval both ways; a node silent for 3 beats is dropped.
+    - ``secure``: CurveZMQ keys generated on the driver for each fit and shipped with the job.
+    - ``join_timeout_ms``: how long a worker tries to reach the controller before its task fails
+      (and how long the driver waits for the first worker before cancelling the job).
+    """
+
+    controller_address: str | None = None
+    unicast_port: int = 40123
+    network_mask: str | None = None
+    mesh_build_mode: str = "plain"
+    heartbeat_ms: int = 1000
+    secure: bool = True
+    join_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.controller_address is not None:
+            split_address(self.controller_address)
+        if isinstance(self.unicast_port, bool) or not isinstance(self.unicast_port, int) \
+                or not 0 <= self.unicast_port <= 65535:
+            raise SparkConfigError(f"unicast_port: expected an int in 0..65535, got {self.unicast_port!r}")
+        if str(self.mesh_build_mode).lower() not in MESH_MODES:
+            raise SparkConfigError(
+                f"mesh_build_mode: expected one of {MESH_MODES}, got {self.mesh_build_mode!r}"
+            )
+        self.mesh_build_mode = str(self.mesh_build_mode).lower()
+        for name in ("heartbeat_ms", "join_timeout_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise SparkConfigError(f"{name}: expected a positive number of milliseconds, got {value!r}")
+        if self.network_mask is not None:
+            import ipaddress
+
+            try:
+                ipaddress.ip_network(self.network_mask, strict=False)
+            except ValueError as exc:
+                raise SparkConfigError(f"network_mask: expected a CIDR such as 10.0.0.0/16, got "
+                                       f"{self.network_mask!r} ({exc})") from None
+
+    # -- addresses -----------------------------------------------------------------------------------
+    def controller_host(self, spark_driver_host: str | None) -> str:
+        """The host the driver binds its controller to (see the class docstring for the order)."""
+        if self.controller_address is not None:
+            return split_address(self.controller_address)[0]
+        if self.network_mask is not None:
+            from psrv.transport.netmask import choose_address
+
+            return choose_address(self.network_mask)
+        return spark_driver_host or "127.0.0.1"
+
+    def advertised_address(self, bound_address: str) -> str:
+        """What workers dial: ``controller_address`` when it names a port, else where the controller bound."""
+        if self.controller_address is not None:
+            host, port = split_address(self.controller_address)
+            if port is not None:
+                return f"{host}:{port}"
+        return bound_address
+
+    # -- transport -----------------------------------------------------------------------------------
+    def transport_config(self, *, host: str | None, port: int, keys: Any = None, **extra: Any) -> Any:
+        from psrv.transport import TransportConfig
+
+        return TransportConfig(
+            host=host,
+            port=port,
+            network_mask=self.network_mask,
+            mesh=self.mesh_build_mode,
+            heartbeat_s=self.heartbeat_ms / 1000.0,
+            join_timeout_s=self.join_timeout_ms / 1000.0,
+            keys=keys,
+            **extra,
+        )

@@ -1,0 +1,426 @@
+"""Gradient sharing on Spark (DL4J's SharedTrainingMaster): threshold-encoded updates over a ZeroMQ mesh.
+
+The driver starts a controller holding the master copy of the parameters and ships the
+configuration, CurveZMQ keys and initial parameters to the tasks. Each partition's task starts a
+node pointed at the controller (which downloads the current parameters: a retried task catches up),
+trains over its data with a prefetching iterator, encodes every update with its residual, applies
+the encoded update locally and submits it, then leaves. ``fit`` returns when the job ends; the
+driver's network then holds the controller's parameters, the workers' averaged updater state and
+the averaged threshold state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.nn.data import FileDataSetLoader
+from psrv.spark.batching import as_dataset, check_batch_size, rebatch
+from psrv.spark.config import VoidConfiguration
+from psrv.spark.errors import (
+    ControllerUnreachableError,
+    SparkConfigError,
+    SparkInputError,
+    TrainingJobError,
+)
+from psrv.spark.export import export_minibatches, new_export_directory, remove_export
+from psrv.spark.parameter_averaging import TRAINING_APPROACHES
+from psrv.spark.partitioning import parse_repartition, repartition_rdd
+from psrv.spark.payload import NetworkPayload, set_counters
+from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.worker import EventLog, partition_id, training_network, worker_id
+
+if TYPE_CHECKING:
+    from pyspark import RDD, Broadcast, SparkContext
+
+log = logging.getLogger(__name__)
+
+_DRAIN_DEADLINE_S = 15.0
+_DRAIN_QUIET_S = 0.5
+
+
+@dataclass
+class WorkerSetup:
+    """Everything a task needs, broadcast once per fit (picklable, no sockets)."""
+
+    job_id: str
+    controller_address: str
+    transport: Any  # psrv.transport.TransportConfig for the nodes (keys included when secure)
+    network_mask: str | None
+    payload: NetworkPayload
+    threshold_state: dict
+    post_processor_state: dict
+    prefetch: int
+    debug: bool
+    collect_stats: bool
+    fault_kill_after_steps: int | None = None  # test-only: kill the first attempt of partition 0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class WorkerResult:
+    partition: int
+    attempt: int
+    steps: int
+    examples: int
+    loss_sum: float
+    messages: int
+    bytes_sent: int
+    updater_state: np.ndarray
+    threshold_state: dict
+    events: list[dict[str, Any]]
+    counters: dict[str, Any]
+
+
+def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
+    """The test-only fault hook: the first attempt of partition 0 dies like a crashed executor."""
+    if setup.fault_kill_after_steps is None or steps != setup.fault_kill_after_steps:
+        return
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
+        log.warning("fault hook: killing the Python worker %s of partition 0 after %d steps",
+                    os.getpid(), steps)
+        os._exit(17)
+
+
+def _start_node(setup: WorkerSetup, network: Any, part: int) -> Any:
+    from psrv.transport import Node, TransportError
+
+    config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
+    node = Node(config, network.params, setup.controller_address, want_updater_state=True)
+    try:
+        node.start()
+    except TransportError as exc:
+        node.stop(timeout_s=2.0)
+        raise ControllerUnreachableError(
+            f"worker {worker_id()} (partition {part}) could not join the psrv controller at "
+            f"{setup.controller_address} (network mask {setup.network_mask!r}; set VoidConfiguration."
+            f"network_mask / controller_address, or PSRV_IP): {exc}"
+        ) from exc
+    return node
+
+
+def _partition_trainer(
+    setup_broadcast: Broadcast, loader: Any | None
+) -> Callable[[Iterator[Any]], Iterator[WorkerResult]]:
+    # the loader travels in the closure (cloudpickle), not in the broadcast (plain pickle), so a
+    # loader class defined in a notebook or __main__ works too
+    def train(items: Iterator[Any]) -> Iterator[WorkerResult]:
+        from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
+        from pyspark import TaskContext
+
+        items = iter(items)
+        first = next(items, None)
+        if first is None:
+            return  # nothing to train on: this task never joins
+        setup: WorkerSetup = setup_broadcast.value
+        part = partition_id()
+        context = TaskContext.get()
+        attempt = int(context.attemptNumber()) if context is not None else 0
+        events = EventLog(setup.collect_stats, worker=worker_id(), partition=part, attempt=attempt)
+        started = events.now()
+        network = training_network(setup.payload)
+        events.add("setup", started, events.now())
+
+        caught_up = events.now()
+        node = _start_node(setup, network, part)
+        events.add("catch_up", caught_up, events.now(), restart=bool(node.restart))
+        if node.updater_state is not None and node.updater_state.size == network.updater_state.size:
+            network.set_updater_state(node.updater_state)
+        encoder = ResidualEncoder(
+            network.num_params,
+            dtype=network.params.dtype,
+            threshold_algorithm=threshold_algorithm_from_state(setup.threshold_state),
+            post_processor=post_processor_from_state(setup.post_processor_state),
+            debug=setup.debug,
+        )
+
+        def source() -> Iterator[Any]:
+            yield first
+            yield from items
+
+        batches = (loader.load(path) for path in source()) if loader is not None else source()
+        steps = examples = messages = bytes_sent = 0
+        loss_sum = 0.0
+        try:
+            with PrefetchingIterator(batches, setup.prefetch) as prefetched:
+                while True:
+                    wait_start = events.now()
+                    batch = next(prefetched, None)
+                    if batch is None:
+                        break
+                    batch = as_dataset(batch)
+                    step_start = events.now()
+                    events.add("wait", wait_start, step_start)
+                    update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
+                    encode_start = events.now()
+                    message = encoder.encode_update(update)
+                    encode_end = events.now()
+                    sent = 0
+                    if message is not None:
+                        node.submit(message, iteration=int(network.iteration), epoch=int(network.epoch),
+                                    apply_locally=True)
+                        messages += 1
+                        sent = int(message.nbytes)
+                        bytes_sent += sent
+                    stats = encoder.last_stats
+                    if setup.debug and stats is not None:
+                        log.info("worker %s step %d: %s", worker_id(), network.iteration, stats)
+                    events.add("fit", step_start, encode_start, loss=float(loss), examples=batch.num_examples,
+                               iteration=int(network.iteration))
+                    events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
+                               threshold=float(encoder.threshold_algorithm.threshold), bytes=sent,
+                               sparsity=(sent / 4.0) / max(1, network.num_params))
+                    steps += 1
+                    examples += batch.num_examples
+                    loss_sum += float(loss) * batch.num_examples
+                    _maybe_kill(setup, steps)
+            counters = node.counters()
+        finally:
+            node.stop()
+        yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
+                           np.array(network.updater_state, copy=True),
+                           encoder.threshold_algorithm.get_state(), events.events, counters)
+
+    return train
+
+
+class SharedTrainingMaster:
+    """Asynchronous data-parallel training by sharing threshold-encoded updates (gradient sharing)."""
+
+    def __init__(
+        self,
+        conf: VoidConfiguration | None = None,
+        batch_size_per_worker: int = 32,
+        num_workers: int | None = None,
+        threshold_algorithm: Any = None,
+        residual_post_processor: Any = None,
+        worker_prefetch_num_batches: int = 2,
+        rdd_training_approach: str = "export",
+        export_directory: str | None = None,
+        repartition: str = "always",
+        encoding_debug_mode: bool = False,
+        collect_training_stats: bool = False,
+    ) -> None:
+        from psrv.encoding import AdaptiveThreshold, ResidualClipping
+
+        self.conf = conf if conf is not None else VoidConfiguration()
+        if not isinstance(self.conf, VoidConfiguration):
+            raise SparkConfigError(f"conf: expected a VoidConfiguration, got {type(conf).__name__}")
+        self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
+        if num_workers is not None:
+            check_batch_size(num_workers, "num_workers")
+        self.num_workers = num_workers
+        self.threshold_algorithm = threshold_algorithm if threshold_algorithm is not None \
+            else AdaptiveThreshold(1e-3)
+        self.residual_post_processor = residual_post_processor if residual_post_processor is not None \
+            else ResidualClipping(5, 5)
+        for name, value in (("threshold_algorithm", self.threshold_algorithm),
+                            ("residual_post_processor", self.residual_post_processor)):
+            if not hasattr(value, "get_state"):
+                raise SparkConfigError(f"{name}: expected a psrv.encoding strategy object, got {value!r}")
+        if not isinstance(worker_prefetch_num_batches, int) or worker_prefetch_num_batches < 0:
+            raise SparkConfigError(
+                f"worker_prefetch_num_batches: expected an int >= 0, got {worker_prefetch_num_batches!r}"
+            )
+        self.worker_prefetch_num_batches = worker_prefetch_num_batches
+        if rdd_training_approach not in TRAINING_APPROACHES:
+            raise SparkConfigError(
+                f"rdd_training_approach: expected one of {TRAINING_APPROACHES}, got {rdd_training_approach!r}"
+            )
+        self.rdd_training_approach = rdd_training_approach
+        self.export_directory = export_directory
+        self.repartition = parse_repartition(repartition)
+        self.encoding_debug_mode = bool(encoding_debug_mode)
+        self.collect_training_stats = bool(collect_training_stats)
+        self.training_stats: list[dict[str, Any]] = []
+        self.last_score: float | None = None
+        self.last_fit: dict[str, Any] = {}
+        self._fault_kill_after_steps: int | None = None  # test-only hook, see _maybe_kill
+
+    def __repr__(self) -> str:
+        return (f"SharedTrainingMaster(batch_size_per_worker={self.batch_size_per_worker}, "
+                f"mesh={self.conf.mesh_build_mode!r}, approach={self.rdd_training_approach!r})")
+
+    def workers(self, spark_context: SparkContext) -> int:
+        return self.num_workers or max(1, int(spark_context.defaultParallelism))
+
+    # -- entry points ------------------------------------------------------------------------------
+    def execute_training(self, spark_context: SparkContext, network: Any, rdd: RDD) -> None:
+        workers = self.workers(spark_context)
+        data = repartition_rdd(rdd, workers, self.repartition, "balanced")
+        if self.rdd_training_approach == "export":
+            started = time.time()
+            directory = new_export_directory(self.export_directory)
+            try:
+                paths = export_minibatches(data, self.batch_size_per_worker, directory)
+                self._driver_event("export", started, time.time(), minibatches=len(paths))
+                if not paths:
+                    raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+                rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
+                order = rng.permutation(len(paths))
+                paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
+                self._run(spark_context, network, paths_rdd, FileDataSetLoader())
+            finally:
+                remove_export(directory)
+        else:
+            batch_size = self.batch_size_per_worker
+            minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size))
+            self._run(spark_context, network, minibatches, None)
+        network.epoch = network.epoch + 1
+
+    def execute_training_paths(self, spark_context: SparkContext, network: Any, paths_rdd: RDD,
+                               loader: Any | None = None) -> None:
+        workers = self.workers(spark_context)
+        data = repartition_rdd(paths_rdd, workers, self.repartition, "balanced")
+        self._run(spark_context, network, data, loader or FileDataSetLoader())
+        network.epoch = network.epoch + 1
+
+    # -- one distributed job -----------------------------------------------------------------------
+    def _run(self, spark_context: SparkContext, network: Any, data: RDD, loader: Any | None) -> None:
+        from psrv.transport import Controller
+
+        keys = None
+        if self.conf.secure:
+            from psrv.transport.keys import generate_keys
+
+            keys = generate_keys()
+        host = self.conf.controller_host(spark_context.getConf().get("spark.driver.host"))
+        controller = Controller(
+            self.conf.transport_config(host=host, port=self.conf.unicast_port, keys=keys),
+            np.array(network.params, copy=True),
+            updater_state=np.array(network.updater_state, copy=True),
+        )
+        controller.start()
+        address = self.conf.advertised_address(controller.address)
+        log.info("gradient sharing: controller on %s (workers dial %s), mesh %s, %s", controller.address,
+                 address, self.conf.mesh_build_mode, "CurveZMQ" if keys else "no encryption")
+        setup = WorkerSetup(
+            job_id=uuid.uuid4().hex[:8],
+            controller_address=address,
+            transport=self.conf.transport_config(host=None, port=0, keys=keys),
+            network_mask=self.conf.network_mask,
+            payload=NetworkPayload.from_network(network, with_updater=True),
+            threshold_state=self.threshold_algorithm.get_state(),
+            post_processor_state=self.residual_post_processor.get_state(),
+            prefetch=self.worker_prefetch_num_batches,
+            debug=self.encoding_debug_mode,
+            collect_stats=self.collect_training_stats,
+            fault_kill_after_steps=self._fault_kill_after_steps,
+        )
+        broadcast = spark_context.broadcast(setup)
+        started = time.time()
+        try:
+            job = data.mapPartitions(_partition_trainer(broadcast, loader))
+            results = self._collect_with_watchdog(spark_context, job, controller, address)
+            self._drain(controller, results)
+            with controller.lock:
+                final = np.array(controller.params, copy=True)
+            controller_counters = controller.counters()
+        finally:
+            controller.stop()
+            broadcast.unpersist()
+        self._finish(network, setup, results, final, controller_counters, started)
+
+    def _collect_with_watchdog(self, spark_context: SparkContext, job: RDD, controller: Any,
+                               address: str) -> list[WorkerResult]:
+        """Run the job; cancel it if no worker reached the controller within the join timeout."""
+        group = f"psrv-shared-{uuid.uuid4().hex[:8]}"
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                spark_context.setJobGroup(group, "psrv gradient sharing", interruptOnCancel=True)
+                outcome["results"] = job.collect()
+            except BaseException as exc:  # handed to the driver thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run, name="psrv-shared-training-job", daemon=True)
+        thread.start()
+        join_deadline = time.monotonic() + self.conf.join_timeout_ms / 1000.0 + 5.0
+        unreachable = False
+        while thread.is_alive():
+            thread.join(0.25)
+            if not unreachable and time.monotonic() > join_deadline \
+                    and controller.counters_["joins"] == 0 and thread.is_alive():
+                unreachable = True
+                spark_context.cancelJobGroup(group)
+        thread.join()
+        if unreachable or (controller.counters_["joins"] == 0 and "error" in outcome
+                           and "ControllerUnreachableError" in str(outcome["error"])):
+            raise ControllerUnreachableError(
+                f"no worker reached the psrv controller at {address} within "
+                f"{self.conf.join_timeout_ms / 1000.0:.0f} s (network mask {self.conf.network_mask!r}); "
+                "check VoidConfiguration.controller_address / network_mask and firewalls"
+            ) from outcome.get("error")
+        if "error" in outcome:
+            raise TrainingJobError(f"gradient-sharing job failed: {_first_line(outcome['error'])}") \
+                from outcome["error"]
+        return outcome["results"]
+
+    def _drain(self, controller: Any, results: list[WorkerResult]) -> None:
+        """Wait until the controller applied every update the finished workers sent (bounded)."""
+        expected = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
+        deadline = time.monotonic() + _DRAIN_DEADLINE_S
+        last, quiet_since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            applied = controller.counters_["updates_applied"]
+            if applied != last:
+                last, quiet_since = applied, time.monotonic()
+            if applied >= expected and time.monotonic() - quiet_since >= _DRAIN_QUIET_S:
+                return
+            time.sleep(0.05)
+        log.warning("controller applied %d of %d updates before the drain deadline", last, expected)
+
+    def _finish(self, network: Any, setup: WorkerSetup, results: list[WorkerResult], final: np.ndarray,
+                controller_counters: dict[str, Any], started: float) -> None:
+        network.set_params(final.astype(network.params.dtype))
+        if results:
+            updater = np.mean([r.updater_state for r in results], axis=0)
+            network.set_updater_state(updater.astype(network.updater_state.dtype))
+            algorithm = type(self.threshold_algorithm)
+            self.threshold_algorithm = algorithm.average([r.threshold_state for r in results])
+        steps = sum(r.steps for r in results)
+        examples = sum(r.examples for r in results)
+        set_counters(network, setup.payload.iteration + max((r.steps for r in results), default=0),
+                     setup.payload.epoch)
+        self.last_score = sum(r.loss_sum for r in results) / examples if examples else None
+        bytes_sent = sum(r.bytes_sent for r in results)
+        dense = steps * network.num_params * network.params.dtype.itemsize
+        self.last_fit = {
+            "workers": len(results), "steps": steps, "examples": examples,
+            "messages": sum(r.messages for r in results),
+            "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
+            "controller_updates_applied": controller_counters.get("updates_applied"),
+            "retried_partitions": sorted({r.partition for r in results if r.attempt > 0}),
+            "threshold": float(self.threshold_algorithm.threshold),
+        }
+        for r in results:
+            self.training_stats.extend(r.events)
+        self._driver_event("training_job", started, time.time(), workers=len(results), steps=steps)
+        log.info("gradient sharing fit: %s", self.last_fit)
+
+    def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        if self.collect_training_stats:
+            self.training_stats.append({"worker": "driver", "partition": -1, "kind": kind, "start": start,
+                                        "end": end, **fields})
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    for line in text.splitlines():
+        if "Error" in line and ("psrv" in line or "Exception" in line):
+            return line.strip()[:500]
+    return (text.splitlines() or [repr(error)])[0][:500]
+
+
+__all__ = ["SharedTrainingMaster", "VoidConfiguration", "WorkerResult", "WorkerSetup"]

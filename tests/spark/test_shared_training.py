@@ -1,0 +1,140 @@
+"""Gradient sharing on real Spark (local-cluster, 2 executors): accuracy, bytes, faults, inputs."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from psrv.encoding import AdaptiveThreshold
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.spark import SparkNetwork
+from psrv.spark.config import VoidConfiguration
+from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
+from psrv.spark.shared_training import SharedTrainingMaster
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+
+def _network(seed: int = 21) -> Network:
+    layers = [Dense(64, activation="relu"), Output(10)]
+    return Network(layers, input_shape=(64,), updater=Adam(1e-2), seed=seed)
+
+
+def _master(mesh: str = "plain", approach: str = "export", **kwargs) -> SharedTrainingMaster:
+    conf = VoidConfiguration(unicast_port=0, mesh_build_mode=mesh, heartbeat_ms=500,
+                             **kwargs.pop("conf", {}))
+    kwargs.setdefault("threshold_algorithm", AdaptiveThreshold(3e-2))
+    return SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach=approach, **kwargs)
+
+
+def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: int) -> tuple[float, dict]:
+    """Fit epochs until the test accuracy reaches ``bar``; also sum what the updates cost."""
+    accuracy, totals = 0.0, {"bytes_sent": 0, "dense_bytes": 0, "epochs": 0}
+    for _ in range(epochs):
+        spark_net.fit(rdd)
+        totals["epochs"] += 1
+        for key in ("bytes_sent", "dense_bytes"):
+            totals[key] += spark_net.training_master.last_fit[key]
+        accuracy = spark_net.network.evaluate(test).accuracy()
+        if accuracy >= bar:
+            break
+    return accuracy, totals
+
+
+@pytest.mark.parametrize(("mesh", "approach"), [("plain", "export"), ("mesh", "direct")])
+def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach) -> None:
+    train, test = digits
+    master = _master(mesh, approach, collect_training_stats=True)
+    spark_net = SparkNetwork(spark_context, _network(), master)
+    rdd = spark_context.parallelize(list(train.batches(50)), 3)
+    started = time.monotonic()
+    accuracy, totals = _fit_until(spark_net, rdd, test, 0.90, 10)
+    assert accuracy >= 0.90, (accuracy, master.last_fit)
+    fit = master.last_fit
+    assert fit["workers"] == 2 and fit["examples"] == train.num_examples
+    assert totals["bytes_sent"] * 50 < totals["dense_bytes"], totals
+    workers = {e["worker"] for e in spark_net.get_training_stats() if e["kind"] == "fit"}
+    assert len(workers) == 2
+    print(f"{mesh}/{approach}: {accuracy:.3f} in {time.monotonic() - started:.1f} s, {totals}, {fit}")
+
+
+def test_killed_worker_is_retried_and_fit_still_reaches_accuracy(spark_context, digits) -> None:
+    train, test = digits
+    master = _master("plain", "export")
+    master._fault_kill_after_steps = 10  # test-only hook: partition 0's first attempt dies after 10 steps
+    spark_net = SparkNetwork(spark_context, _network(seed=22), master)
+    rdd = spark_context.parallelize(list(train.batches(50)), 3)
+    spark_net.fit(rdd)
+    assert master.last_fit["retried_partitions"] == [0]
+    master._fault_kill_after_steps = None
+    accuracy, _ = _fit_until(spark_net, rdd, test, 0.90, 9)
+    assert accuracy >= 0.90
+
+
+def test_unreachable_controller_fails_fast_with_clear_error(spark_context, digits) -> None:
+    train, _ = digits
+    conf = {"controller_address": "127.0.0.1:9", "join_timeout_ms": 5000, "secure": False}
+    master = _master("plain", "direct", conf=conf)
+    spark_net = SparkNetwork(spark_context, _network(), master)
+    started = time.monotonic()
+    with pytest.raises(ControllerUnreachableError, match=r"127\.0\.0\.1:9.*network mask"):
+        spark_net.fit(spark_context.parallelize(list(train.batches(100)), 2))
+    assert time.monotonic() - started < 60
+
+
+class NpzLoader:
+    def load(self, path: str) -> DataSet:
+        with np.load(path) as archive:
+            return DataSet(archive["x"], archive["y"])
+
+
+def test_fit_paths_with_custom_loader(spark_context, digits, tmp_path) -> None:
+    train, test = digits
+    paths = []
+    for i, batch in enumerate(train.batches(16)):
+        path = str(tmp_path / f"b{i:04d}.npz")
+        np.savez(path, x=batch.features, y=batch.labels)
+        paths.append(path)
+    spark_net = SparkNetwork(spark_context, _network(seed=23), _master("plain"))
+    for _ in range(6):
+        spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=NpzLoader())
+        if spark_net.network.evaluate(test).accuracy() >= 0.9:
+            break
+    assert spark_net.network.evaluate(test).accuracy() >= 0.85
+    assert spark_net.training_master.last_fit["examples"] == train.num_examples
+
+
+def test_dataframe_input_and_saved_network_predicts_the_same(spark, spark_context, digits, tmp_path) -> None:
+    train, test = digits
+    labels = train.label_indices()
+    rows = [(train.features[i].tolist(), int(labels[i])) for i in range(train.num_examples)]
+    frame = spark.createDataFrame(rows, ["features", "label"])
+    spark_net = SparkNetwork(spark_context, _network(seed=24), _master("mesh", "direct"))
+    for _ in range(4):
+        spark_net.fit(frame)
+    trained = spark_net.get_network()
+    assert trained.evaluate(test).accuracy() >= 0.85
+    path = tmp_path / "trained.psrv"
+    trained.save(path)
+    loaded = Network.load(path)
+    np.testing.assert_array_equal(loaded.output(test.features), trained.output(test.features))
+    np.testing.assert_array_equal(loaded.predict(test.features), trained.predict(test.features))
+
+
+def test_configuration_errors_are_clear() -> None:
+    with pytest.raises(SparkConfigError, match="mesh_build_mode"):
+        VoidConfiguration(mesh_build_mode="star")
+    with pytest.raises(SparkConfigError, match="unicast_port"):
+        VoidConfiguration(unicast_port=70000)
+    with pytest.raises(SparkConfigError, match="network_mask"):
+        VoidConfiguration(network_mask="10.0.0.0/99")
+    with pytest.raises(SparkConfigError, match="port 'x'"):
+        VoidConfiguration(controller_address="host:x")
+    conf = VoidConfiguration(controller_address="10.1.2.3:5000", unicast_port=0)
+    assert conf.controller_host("driver") == "10.1.2.3"
+    assert conf.advertised_address("10.1.2.3:41234") == "10.1.2.3:5000"
+    assert VoidConfiguration().controller_host("driver-host") == "driver-host"
+    with pytest.raises(SparkConfigError, match="rdd_training_approach"):
+        SharedTrainingMaster(VoidConfiguration(), rdd_training_approach="teleport")
