@@ -95,35 +95,35 @@ _triple = types.Tuple((types.int64, types.int64, types.boolean))
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
-def _largest_in_word(bits, abs_mask, g):
-    """The largest |x| of the 16 elements from g, as bits."""
-    seg = bits[g:g + WORD_ELEMENTS]
-    largest = abs_mask ^ abs_mask
-    for b in range(WORD_ELEMENTS):
-        largest = max(largest, seg[b] & abs_mask)
-    return largest
+def _block_masks(bits, abs_mask, tau_bits, lo, hi):
+    """(value bits, sign bits) of the up to 64 elements of bits[lo:hi], bit j for element lo + j.
 
-
-@numba.njit(inline="always", nogil=True, error_model="numpy")
-def _word_masks(bits, abs_mask, tau_bits, g, stop):
-    """(value bits, sign bits) of the up to 16 elements from g, computed on the floats' bits.
-
-    |x| >= tau is (bits & abs_mask) >= tau_bits; x is negative when its sign bit is set, i.e. bits > abs_mask.
+    |x| >= tau is (bits & abs_mask) >= tau_bits; x is negative when its sign bit is set, i.e.
+    bits > abs_mask. A full block is a fixed 64-step loop, which LLVM vectorizes.
     """
     values = 0
     signs = 0
-    if g + WORD_ELEMENTS <= stop:
-        seg = bits[g:g + WORD_ELEMENTS]
-        for b in range(WORD_ELEMENTS):
-            w = seg[b]
+    block = bits[lo:hi]
+    if hi - lo == BLOCK:
+        for b in range(BLOCK):
+            w = block[b]
             values |= (1 if (w & abs_mask) >= tau_bits else 0) << b
             signs |= (1 if w > abs_mask else 0) << b
     else:
-        for b in range(stop - g):
-            w = bits[g + b]
+        for b in range(hi - lo):
+            w = block[b]
             values |= (1 if (w & abs_mask) >= tau_bits else 0) << b
             signs |= (1 if w > abs_mask else 0) << b
     return values, signs & values
+
+
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _write_block_words(words, lo, hi, values, signs):
+    """Store the bitmap words of block [lo, hi) from its 64-bit masks."""
+    first = lo // WORD_ELEMENTS
+    for q in range((hi - lo + WORD_ELEMENTS - 1) // WORD_ELEMENTS):
+        shift = q * WORD_ELEMENTS
+        words[first + q] = ((values >> shift) & 0xFFFF) | (((signs >> shift) & 0xFFFF) << 16)
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
@@ -138,32 +138,27 @@ def _indices_to_bitmap(indices, count, words):
 @numba.njit(inline="always", nogil=True, error_model="numpy")
 def _visit_block(x, bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, words, count, bitmap_mode):
     """Encode the hits of x[lo:hi] (a block known to hold at least one); return (count, bitmap_mode)."""
+    values, signs = _block_masks(bits, abs_mask, tau_bits, lo, hi)
+    if bitmap_mode:
+        _write_block_words(words, lo, hi, values, signs)
     capacity = indices.shape[0]
-    for g in range(lo, hi, WORD_ELEMENTS):
-        if g + WORD_ELEMENTS <= hi and _largest_in_word(bits, abs_mask, g) < tau_bits:
-            continue  # a cheap vectorized test first: most words of a visited block hold no hit
-        values, signs = _word_masks(bits, abs_mask, tau_bits, g, hi)
-        if values == 0:
-            continue
-        word = values | (signs << 16)
-        if bitmap_mode:
-            words[g // WORD_ELEMENTS] = word
-        while values:
-            k = trailing_zeros(values)
-            values &= values - 1
-            j = g + k
-            negative = (signs >> k) & 1
-            if not bitmap_mode:
-                if count == capacity:
-                    _indices_to_bitmap(indices, count, words)
-                    words[g // WORD_ELEMENTS] = word
-                    bitmap_mode = True
-                else:
-                    indices[count] = -(j + 1) if negative else j + 1
-            v = x[j]
-            originals[count] = v
-            count += 1
-            x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
+    remaining = values
+    while remaining:
+        k = trailing_zeros(remaining)
+        remaining &= remaining - 1
+        j = lo + k
+        negative = (signs >> k) & 1
+        if not bitmap_mode:
+            if count == capacity:  # a sparse message cannot hold more: switch to the bitmap
+                _indices_to_bitmap(indices, count, words)
+                _write_block_words(words, lo, hi, values, signs)
+                bitmap_mode = True
+            else:
+                indices[count] = -(j + 1) if negative else j + 1
+        v = x[j]
+        originals[count] = v
+        count += 1
+        x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
     return count, bitmap_mode
 
 
