@@ -54,6 +54,7 @@ class VoidConfiguration:
       or ``mesh`` (a breadth-first tree, 8 children per node).
     - ``heartbeat_ms``: beat interval both ways; a node silent for 3 beats is dropped.
     - ``secure``: CurveZMQ keys generated on the driver for each fit and shipped with the job.
+    - ``mesh_fan_out``: most children per node in ``mesh`` mode (small values force a deep tree).
     - ``join_timeout_ms``: how long a worker tries to reach the controller before its task fails
       (and how long the driver waits for the first worker before cancelling the job).
     """
@@ -65,6 +66,7 @@ class VoidConfiguration:
     heartbeat_ms: int = 1000
     secure: bool = True
     join_timeout_ms: int = 30_000
+    mesh_fan_out: int = 8
 
     def __post_init__(self) -> None:
         if self.controller_address is not None:
@@ -77,6 +79,9 @@ class VoidConfiguration:
                 f"mesh_build_mode: expected one of {MESH_MODES}, got {self.mesh_build_mode!r}"
             )
         self.mesh_build_mode = str(self.mesh_build_mode).lower()
+        fan_out = self.mesh_fan_out
+        if isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 1:
+            raise SparkConfigError(f"mesh_fan_out: expected an int >= 1, got {self.mesh_fan_out!r}")
         for name in ("heartbeat_ms", "join_timeout_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -118,6 +123,7 @@ class VoidConfiguration:
             port=port,
             network_mask=self.network_mask,
             mesh=self.mesh_build_mode,
+            fan_out=self.mesh_fan_out,
             heartbeat_s=self.heartbeat_ms / 1000.0,
             join_timeout_s=self.join_timeout_ms / 1000.0,
             keys=keys,
