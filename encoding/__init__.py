@@ -8,7 +8,7 @@ The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DI
 from __future__ import annotations
 
 from psrv.encoding._kernels import load_all as preload_kernels
-from psrv.encoding.codec import MessageInfo, decode, encode, float32_threshold, message_info
+from psrv.encoding.codec import MessageInfo, decode, encode, encode_counted, float32_threshold, message_info
 from psrv.encoding.errors import (
     EncodingError,
     InvalidStateError,
@@ -40,6 +40,7 @@ __all__ = [
     "TargetSparsityThreshold",
     "decode",
     "encode",
+    "encode_counted",
     "encoding_stats",
     "float32_threshold",
     "message_info",

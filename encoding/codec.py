@@ -108,13 +108,19 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
     the message is identical to the one-thread message. A NaN or inf raises NonFiniteResidualError
     naming the first bad index, with nothing emitted and the residual unchanged.
     """
+    return encode_counted(residual, threshold, threads=threads)[0]
+
+
+def encode_counted(residual: np.ndarray, threshold: float, *,
+                   threads: int = 1) -> tuple[np.ndarray | None, int]:
+    """encode(), also returning how many elements the message carries (0 with None)."""
     _check_vector(residual, "residual", writeable=True)
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     tau32 = float32_threshold(threshold)
     n = residual.shape[0]
     if n == 0:
-        return None
+        return None, 0
     if n >= 2**31:
         raise ValueError(f"residual has {n} elements; the wire format holds at most 2**31 - 1")
     tau = residual.dtype.type(tau32)
@@ -147,7 +153,7 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
 
     total = sum(count for count, _, _ in results)
     if total == 0:
-        return None
+        return None, 0
     if total < words:
         message = np.empty(HEADER_WORDS + total, dtype=np.int32)
         message[:HEADER_WORDS] = (total, n, _tau_bits(tau32), SPARSE)
@@ -160,7 +166,7 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
                 message[pos:pos + count] = indices[w0:w0 + count]
                 pos += count
         _clear_bitmap(bitmap, results, word_ranges)
-        return message
+        return message, total
     for c, (count, _, bitmap_mode) in enumerate(results):
         if not bitmap_mode:
             w0, w1 = word_ranges[c]
@@ -169,7 +175,7 @@ def encode(residual: np.ndarray, threshold: float, *, threads: int = 1) -> np.nd
     message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
     message[HEADER_WORDS:] = bitmap.view(np.int32)
     bitmap[:] = 0
-    return message
+    return message, total
 
 
 _local = threading.local()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from psrv.encoding.codec import encode, message_info
+from psrv.encoding.codec import encode_counted
 from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, ResidualPostProcessor
 from psrv.encoding.stats import EncodingStats, encoding_stats
 from psrv.encoding.thresholds import AdaptiveThreshold, ThresholdAlgorithm
@@ -60,8 +60,7 @@ class ResidualEncoder:
         tau = self.threshold_algorithm.threshold
         if self.debug:
             self.last_stats = encoding_stats(self.residual, tau)
-        message = encode(self.residual, tau, threads=self.threads)
-        count = 0 if message is None else message_info(message).count
+        message, count = encode_counted(self.residual, tau, threads=self.threads)
         self.post_processor.process(self.residual, tau)
         self.threshold_algorithm.observe(count, self.size)
         self.steps += 1

@@ -14,6 +14,7 @@ from psrv.encoding import (
     NonFiniteResidualError,
     decode,
     encode,
+    encode_counted,
     message_info,
 )
 from psrv.encoding import codec as codec_module
@@ -168,7 +169,10 @@ def test_decode_places_tau_exactly_where_the_residual_reached_it(case) -> None:
 def test_form_is_the_smaller_one(case) -> None:
     x, tau = case
     count = int(np.count_nonzero(expected_delta(x, tau)))
+    counted_message, counted = encode_counted(x.copy(), tau)
+    assert counted == count
     message = encode(x, tau)
+    assert (message is None) == (counted_message is None)
     if count == 0:
         assert message is None
         return
