@@ -6,14 +6,16 @@ are checked by the Python wrappers.
 
 Encoding (``encode_range``) is one pass over an element range: each block of ``BLOCK`` elements is
 reduced to its largest |x| with a vectorized integer max over the floats' bits; only blocks that reach
-tau are revisited word by word, while still in cache. NaN/inf stop the pass before their block is
-changed, and the original value of every changed element is logged so the caller can undo the pass
-exactly (``x - tau + tau`` would not always give ``x`` back). A large vector is split into chunks
-encoded by threads (``nogil``); the chunks' outputs are joined in order, so the message is identical
-to the one-thread message.
+tau are revisited (a vectorized 64-bit hit mask, then one step per hit) while still in cache. NaN/inf
+stop the pass before their block is changed, and the original value of every changed element is
+logged, so the caller can undo the pass exactly (``x - tau + tau`` would not always give ``x`` back).
+A large vector is split into chunks encoded by threads (``nogil``); the chunks' outputs are joined in
+order, so the message is identical to the one-thread message.
 """
 
 from __future__ import annotations
+
+import threading
 
 from psrv.encoding._numba_cache import apply_cache_dir_from_env
 
@@ -24,7 +26,7 @@ import numpy as np  # noqa: E402
 from numba import types  # noqa: E402
 from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402
 
-#: elements per block of the counting pass; a multiple of 16 so a block covers whole bitmap words
+#: elements per block of the scan (one 64-bit hit mask); a multiple of 16, so blocks hold whole bitmap words
 BLOCK = 64
 #: bitmap: elements per int32 word (bit b = has a value, bit b + 16 = negative)
 WORD_ELEMENTS = 16
@@ -37,8 +39,6 @@ BAD_INDEX_RANGE = 2
 BAD_INDEX_ORDER = 3
 BAD_SIGN_WITHOUT_VALUE = 4
 BAD_PADDING = 5
-
-
 
 KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False,
                   "error_model": "numpy"}
@@ -57,11 +57,13 @@ class _LazyKernel:
         self.__name__ = function.__name__
         self.__doc__ = function.__doc__
         self._dispatcher = None
+        self._lock = threading.Lock()
 
     @property
     def dispatcher(self):
-        if self._dispatcher is None:
-            self._dispatcher = numba.njit(self.signatures, **KERNEL_OPTIONS)(self.function)
+        with self._lock:  # the encode threads may all reach a kernel's first call at once
+            if self._dispatcher is None:
+                self._dispatcher = numba.njit(self.signatures, **KERNEL_OPTIONS)(self.function)
         return self._dispatcher
 
     @property
@@ -88,7 +90,6 @@ _i4r = types.Array(types.int32, 1, "C", readonly=True)  # messages may be read-o
 _u4r = types.Array(types.uint32, 1, "C", readonly=True)
 _u4a = types.Array(types.uint32, 1, "C")
 _u8a = types.Array(types.uint64, 1, "C")
-_u1a = types.Array(types.uint8, 1, "C")
 _i8 = types.int64
 _pair = types.UniTuple(types.int64, 2)
 _triple = types.Tuple((types.int64, types.int64, types.boolean))
@@ -178,8 +179,8 @@ def encode_range(x, bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indice
     """Encode x[start:stop] (start a multiple of 16) in one pass; return (count, first_bad, bitmap_mode).
 
     bits is x viewed as unsigned ints. Blocks of BLOCK elements are first reduced to their largest
-    |x| (a fixed-length loop over a slice, which LLVM vectorizes); only blocks reaching tau are visited
-    word by word, while still in cache. A block holding NaN/inf stops the pass before it is touched:
+    |x| (a fixed-length loop over a slice, which LLVM vectorizes); only blocks reaching tau are visited,
+    while still in cache. A block holding NaN/inf stops the pass before it is touched:
     first_bad is then its first bad index (else -1) and the caller restores what was changed
     (restore_sparse / restore_bitmap).
     Hits go to `indices` (1-based signed, capacity len(indices)) until they would overflow it; then the
