@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="N = 1M only, fewer repeats and counts: about half a minute (default: off)")
+                        help="N = 1M only, fewer repeats: a few seconds, plus compilation on a cold cache "
+                             "(default: off)")
     parser.add_argument("--sizes", type=lambda s: [int(float(v)) for v in s.split(",")], default=None,
                         help="comma-separated vector lengths (default: 1048576,16777216; --quick: 1048576)")
     parser.add_argument("--sparsities", type=lambda s: [float(v) for v in s.split(",")],
