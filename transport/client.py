@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -27,7 +28,8 @@ def request_status(
     try:
         while time.monotonic() < deadline:
             attempts += 1
-            sock.send_multipart(encode_frames(Message(Op.STATUS_REQUEST)), flags=zmq.NOBLOCK)
+            with contextlib.suppress(zmq.Again):  # no connection yet (or a refused handshake)
+                sock.send_multipart(encode_frames(Message(Op.STATUS_REQUEST)), flags=zmq.NOBLOCK)
             wait = min(backoff, max(0.0, deadline - time.monotonic()))
             if sock.poll(int(wait * 1000) + 1):
                 try:
