@@ -14,6 +14,7 @@ import sys
 # Subcommand modules, in the order `psrv --help` lists them.
 COMMAND_MODULES: list[str] = [
     "psrv.server.controller_cmd", "psrv.server.node_cmd", "psrv.server.status_cmd", "psrv.server.keys_cmd",
+    "psrv.spark.demo",
 ]
 
 

@@ -1,0 +1,39 @@
+"""`psrv demo` end to end in its own process (its own local Spark), plus its --help."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _psrv() -> list[str]:
+    exe = shutil.which("psrv") or str(Path(sys.executable).with_name("psrv"))
+    return [exe] if Path(exe).exists() else [sys.executable, "-m", "psrv.server.cli"]
+
+
+@pytest.mark.timeout(60)
+def test_demo_help_explains_every_option() -> None:
+    result = subprocess.run([*_psrv(), "demo", "--help"], capture_output=True, text=True, timeout=50)
+    assert result.returncode == 0, result.stderr
+    for option in ("--workers", "--epochs", "--master", "--output", "(default: 2)"):
+        assert option in result.stdout
+
+
+@pytest.mark.timeout(240)
+def test_demo_trains_reports_bytes_and_saves(tmp_path) -> None:
+    output = tmp_path / "demo.psrv"
+    result = subprocess.run([*_psrv(), "demo", "--epochs", "2", "--output", str(output)],
+                            capture_output=True, text=True, timeout=220, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "final test accuracy:" in result.stdout
+    assert "x less)" in result.stdout
+    from psrv.nn import Network
+
+    network = Network.load(output)
+    assert network.num_params > 0
