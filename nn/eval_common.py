@@ -1,0 +1,104 @@
+"""Input checks and small helpers shared by the evaluation modules (eval_classification, eval_roc,
+eval_regression): array validation, sequence flattening, masks, the JSON envelope, safe division."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from psrv.nn.errors import EvaluationError
+
+#: the version of every evaluation's JSON form
+VERSION = 1
+
+
+def as_array(value: Any, what: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - anything numpy refuses is bad input
+        raise EvaluationError(f"{what}: expected a numeric array, got {type(value).__name__}") from exc
+    if array.dtype.kind not in "biuf":
+        raise EvaluationError(f"{what}: expected a numeric array, got dtype {array.dtype}")
+    if array.ndim == 0:
+        raise EvaluationError(f"{what}: expected an array with one row per example, got a scalar")
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        raise EvaluationError(f"{what}: expected finite values, found NaN or infinity")
+    return array
+
+
+def flatten_time(
+    labels: np.ndarray, predictions: np.ndarray, mask: np.ndarray | None, *, sequence_ndim: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Sequence batches (n, T, ...) become (n*T, ...) rows; an (n, T) mask becomes per-row."""
+    if predictions.ndim != sequence_ndim:
+        return labels, predictions, mask
+    n, steps = predictions.shape[:2]
+    if labels.shape[:2] != (n, steps):
+        raise EvaluationError(
+            f"labels: expected a sequence batch of shape ({n}, {steps}, ...) like the predictions, "
+            f"got {labels.shape}"
+        )
+    if mask is not None and mask.shape != (n, steps):
+        raise EvaluationError(f"mask: expected shape ({n}, {steps}) for a sequence batch, got {mask.shape}")
+    labels = labels.reshape(n * steps, *labels.shape[2:])
+    predictions = predictions.reshape(n * steps, *predictions.shape[2:])
+    return labels, predictions, None if mask is None else mask.reshape(-1)
+
+
+def row_mask(mask: Any, n: int) -> np.ndarray | None:
+    if mask is None:
+        return None
+    m = as_array(mask, "mask")
+    if m.ndim == 2 and m.shape[1] == 1:
+        m = m[:, 0]
+    if m.shape != (n,):
+        raise EvaluationError(f"mask: expected shape ({n},) (one value per example), got {m.shape}")
+    return m != 0
+
+
+def check_rows(labels: np.ndarray, predictions: np.ndarray) -> None:
+    if labels.shape[0] != predictions.shape[0]:
+        raise EvaluationError(
+            f"labels and predictions: expected the same number of rows, got {labels.shape[0]} and "
+            f"{predictions.shape[0]}"
+        )
+
+
+def load_json(text: str | bytes | dict[str, Any], kind: str) -> dict[str, Any]:
+    try:
+        data = text if isinstance(text, dict) else json.loads(text)
+    except ValueError as exc:
+        raise EvaluationError(f"{kind}.from_json: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("type") != kind:
+        got = data.get("type") if isinstance(data, dict) else type(data).__name__
+        raise EvaluationError(f"{kind}.from_json: expected a JSON object of type {kind!r}, got {got!r}")
+    if data.get("version") != VERSION:
+        raise EvaluationError(f"{kind}.from_json: unsupported version {data.get('version')!r}")
+    return data
+
+
+def safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den != 0)
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4f}" if np.isfinite(value) else "n/a"
+
+
+def class_indices(values: np.ndarray, num_classes: int, what: str) -> np.ndarray:
+    """Class index per row: argmax of (n, C) scores, or checked integer labels (n,)."""
+    if values.ndim == 2:
+        return np.argmax(values, axis=1)
+    if values.dtype.kind == "f" and not np.all(values == np.round(values)):
+        raise EvaluationError(f"{what}: expected integer class indices, got fractional values")
+    indices = values.astype(np.int64)
+    if indices.size and (indices.min() < 0 or indices.max() >= num_classes):
+        raise EvaluationError(
+            f"{what}: expected class indices in [0, {num_classes}), got range "
+            f"[{int(indices.min())}, {int(indices.max())}]"
+        )
+    return indices
+
