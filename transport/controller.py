@@ -24,6 +24,7 @@ from psrv.transport.errors import FrameRejectedError
 from psrv.transport.membership import HeartbeatTimer, Membership
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
+from psrv.transport.payload import PayloadInfo, header_info
 from psrv.transport.peer import Peer
 
 _DEPARTED_KEPT = 256
@@ -43,10 +44,8 @@ class NodeRecord:
     reason: str = ""
 
 
-def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, Any]:
-    """An encoded message as an int32 array plus its MessageInfo, checked against a model of ``size``."""
-    from psrv.encoding import MalformedMessageError, message_info
-
+def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, PayloadInfo]:
+    """An encoded message as an int32 array plus its header fields, checked against a model of ``size``."""
     if not isinstance(payload, np.ndarray) or payload.dtype != np.int32 or payload.ndim != 1:
         desc = (
             f"{payload.dtype}{list(payload.shape)}"
@@ -54,13 +53,8 @@ def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, Any]:
             else type(payload).__name__
         )
         raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
-    try:
-        info = message_info(payload)
-    except MalformedMessageError as exc:
-        raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
-    if info.n != size:
-        raise FrameRejectedError("bad_payload", f"{what} is for {info.n} parameters, this model has {size}")
-    return np.ascontiguousarray(payload), info
+    payload = np.ascontiguousarray(payload)
+    return payload, header_info(payload, size, what)
 
 
 def validate_update(message: Message, size: int) -> np.ndarray:

@@ -70,6 +70,14 @@ def params_checksum(params: np.ndarray) -> dict[str, Any]:
     }
 
 
+def warm_up_decode(dtype: np.dtype) -> None:
+    """Load the numba decode kernel now, not in the I/O thread while it owes heartbeats."""
+    from psrv.encoding import decode, encode
+
+    message = encode(np.ones(32, dtype=dtype), 0.5)
+    decode(message, np.zeros(32, dtype=dtype))
+
+
 class Endpoint:
     """Base of the two roles. Subclasses implement ``on_<op>`` handlers and ``_tick``."""
 
@@ -94,6 +102,7 @@ class Endpoint:
         self._reassembler = Reassembler(config.reassembly_limit_bytes, config.reassembly_expiry_s)
         self._commands: queue.Queue = queue.Queue(maxsize=config.submit_queue_messages)
         self._wake_lock = threading.Lock()
+        self._wake_pending = False
         self._thread: threading.Thread | None = None
         self._stop_requested = threading.Event()
         self._ready = threading.Event()
@@ -117,6 +126,8 @@ class Endpoint:
         if self._thread is not None:
             raise NotRunningError(f"{self.role} already started")
         cfg = self.config
+        if self._apply_hook is None:
+            warm_up_decode(self.params.dtype)
         self._ctx = zmq.Context()
         try:
             self._security = Security(self._ctx, cfg.resolved_keys())
@@ -201,7 +212,11 @@ class Endpoint:
 
     # ------------------------------------------------------------ caller threads
     def _wake(self) -> None:
-        with self._wake_lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # a wake pending / closing
+        """Wake the I/O thread; coalesced: one wake is enough for everything queued before it runs."""
+        if self._wake_pending:
+            return
+        with self._wake_lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # closing
+            self._wake_pending = True
             self._wake_push.send(b"", zmq.NOBLOCK)
 
     def _enqueue(self, item: tuple, timeout_s: float) -> None:
@@ -255,6 +270,7 @@ class Endpoint:
         return _POLL_MAX_S
 
     def _drain_wake(self) -> None:
+        self._wake_pending = False
         while True:
             try:
                 self._wake_pull.recv(zmq.NOBLOCK)
@@ -262,6 +278,8 @@ class Endpoint:
                 return
 
     def _drain_commands(self) -> None:
+        if self._commands.empty():
+            return
         for _ in range(self.config.submit_queue_messages):
             try:
                 item = self._commands.get_nowait()
@@ -450,10 +468,15 @@ class Endpoint:
         if self._apply_hook is not None:
             self._apply_hook(payload, header)
             return
-        from psrv.encoding import decode
+        from psrv.encoding import MalformedMessageError, decode
 
-        with self.lock:
-            decode(payload, self.params)
+        try:
+            with self.lock:
+                decode(payload, self.params)
+        except MalformedMessageError as exc:
+            raise FrameRejectedError(
+                "bad_payload", f"update {header.get('origin')}/{header.get('seq')}: {exc}"
+            ) from None
 
     # ------------------------------------------------------------------ hooks
     def _on_start(self) -> None:

@@ -144,7 +144,11 @@ class Node(Endpoint):
             )
         with self.lock:
             if apply_locally:
-                self._decode(payload)
+                try:
+                    self._decode(payload)
+                except Exception as exc:
+                    self._slots.release()
+                    raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc
             if self.state is NodeState.RUNNING:
                 self._seq += 1
                 seq, origin = self._seq, self.node_id
@@ -385,12 +389,16 @@ class Node(Endpoint):
             seen = restore(self.config.dedup_window, watermark, {o: sorted(s) for o, s in extra.items()})
             for origin, seq, payload, fields in self._ring:  # applied here, not (yet) in the master copy
                 if not covered(watermark, extra, origin, seq):
-                    self._apply_update(payload, fields)
+                    self._apply_update(payload, fields)  # applied once already, so it decodes
                     seen.first_time(origin, seq)
                     replayed += 1
             for origin, seq, payload, fields in self._held:  # arrived during the download
                 if seen.first_time(origin, seq):
-                    self._apply_update(payload, fields)
+                    try:
+                        self._apply_update(payload, fields)
+                    except FrameRejectedError as exc:
+                        self._reject(exc.reason, exc.detail)
+                        continue
                     self._remember(origin, seq, payload, fields)
                     self.counters_.applied(origin)
             self._held.clear()

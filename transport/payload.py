@@ -1,0 +1,58 @@
+"""An O(1) structural check of an encoded update, so the hot path never scans a payload twice.
+
+``psrv.encoding.message_info`` validates the whole body (as fast as memory, yet as costly as the
+wire itself for a 1 MB message). The transport only needs the header to route and count; the
+body is validated in full where it is used, by ``decode`` (whose MalformedMessageError is then
+counted as a ``bad_payload`` rejection and leaves the parameters untouched).
+
+Wire forms, as documented by psrv.encoding.codec (int32, little-endian):
+sparse ``[count, n, float32-bits(tau), 0]`` + count indices; bitmap ``[n, n, bits(tau), 1]`` +
+ceil(n / 16) words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from psrv.transport.errors import FrameRejectedError
+
+HEADER_WORDS = 4
+WORD_ELEMENTS = 16
+FORMS = {0: "sparse", 1: "bitmap"}
+
+
+@dataclass(frozen=True)
+class PayloadInfo:
+    form: str
+    count: int
+    n: int
+    tau: float
+
+
+def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
+    """Header fields of an int32 message after checking its form, length, tau and model size."""
+    if payload.shape[0] < HEADER_WORDS:
+        raise FrameRejectedError(
+            "bad_payload", f"{what}: {payload.shape[0]} int32 words, a header alone is 4"
+        )
+    first, n, tau_bits, form = (int(x) for x in payload[:HEADER_WORDS])
+    tau = float(np.array([tau_bits], dtype=np.int32).view(np.float32)[0])
+    name = FORMS.get(form)
+    if name is None:
+        raise FrameRejectedError(
+            "bad_payload", f"{what}: unknown form {form} (expected 0 sparse or 1 bitmap)"
+        )
+    if not (math.isfinite(tau) and tau > 0):
+        raise FrameRejectedError("bad_payload", f"{what}: threshold must be positive and finite, got {tau!r}")
+    if n != size:
+        raise FrameRejectedError("bad_payload", f"{what} is for {n} parameters, this model has {size}")
+    body = payload.shape[0] - HEADER_WORDS
+    expected = first if form == 0 else (n + WORD_ELEMENTS - 1) // WORD_ELEMENTS
+    if (form == 1 and first != n) or first < 0 or body != expected:
+        raise FrameRejectedError(
+            "bad_payload",
+            f"{what}: {name} message of {body} body words, header says {expected} (count {first}, n {n})",
+        )
+    return PayloadInfo(name, first if form == 0 else n, n, tau)
