@@ -1,0 +1,57 @@
+"""The `psrv` daemons' command line: --help with defaults, `psrv status` in both forms, keys."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from psrv.transport import Controller, Node, TransportConfig
+
+
+def psrv(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "psrv.server.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["controller", "node", "status", "keys"])
+def test_every_subcommand_explains_its_options_with_defaults(command: str) -> None:
+    result = psrv(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: psrv " + command in result.stdout
+    if command in ("controller", "node"):
+        assert result.stdout.count("(default:") >= 5
+        assert "--network-mask" in result.stdout and "--keys" in result.stdout and "--dump" in result.stdout
+
+
+@pytest.mark.timeout(120)
+def test_status_shows_the_controllers_view(tmp_path) -> None:
+    config = TransportConfig(heartbeat_s=0.2, missed_beats=10)
+    with (
+        Controller(config, np.zeros(100, np.float32)) as ctrl,
+        Node(config.replace(node_name="w0"), np.zeros(100, np.float32), ctrl.address) as node,
+    ):
+        human = psrv("status", ctrl.address)
+        as_json = psrv("status", ctrl.address, "--json")
+    assert human.returncode == 0, human.stderr
+    assert f"controller {ctrl.address}" in human.stdout and node.address in human.stdout
+    status = json.loads(as_json.stdout)
+    assert [(n["id"], n["parent"], n["state"]) for n in status["nodes"]] == [(node.node_id, 0, "online")]
+    assert {"mesh_version", "counters", "checksum"} <= set(status)
+    missing = psrv("status", "127.0.0.1:9", "--timeout", "0.5")
+    assert missing.returncode == 1 and "127.0.0.1:9" in missing.stderr
+
+
+@pytest.mark.timeout(60)
+def test_keys_are_written_owner_only_and_never_overwritten(tmp_path) -> None:
+    target = tmp_path / "k"
+    assert psrv("keys", str(target)).returncode == 0
+    for path in target.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = psrv("keys", str(target))
+    assert again.returncode == 1 and "refusing to overwrite" in again.stderr

@@ -1,0 +1,152 @@
+"""The embedding API (what the Spark integration uses): Controller and Nodes in one process, real sockets."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from psrv.encoding import ResidualEncoder, decode
+from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
+from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
+
+N = 3000
+
+
+def fast(**kw) -> TransportConfig:
+    return TransportConfig(
+        **{"heartbeat_s": 0.2, "missed_beats": 5, "join_timeout_s": 10, "linger_s": 0.5, **kw}
+    )
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def messages(count: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    encoder = ResidualEncoder(N)
+    out = []
+    while len(out) < count:
+        m = encoder.encode_update((rng.standard_normal(N) * 2e-3).astype(np.float32))
+        if m is not None:
+            out.append(m)
+    return out
+
+
+@pytest.fixture
+def roles():
+    started: list = []
+    yield started
+    for role in reversed(started):
+        role.stop()
+
+
+@pytest.mark.timeout(60)
+def test_dropped_copies_are_repaired_by_a_resync(roles) -> None:
+    """A receiver too slow for tiny queues loses relayed copies; heartbeat watermarks make it re-sync."""
+    cfg = fast(peer_queue_messages=4)
+    ctrl = Controller(cfg, np.zeros(N, np.float32)).start()
+    roles.append(ctrl)
+    slow_params = np.zeros(N, np.float32)
+
+    def slow_apply(payload, header):
+        time.sleep(0.003)
+        decode(payload, slow_params)
+
+    senders = [Node(cfg, np.zeros(N, np.float32), ctrl.address).start() for _ in range(2)]
+    slow = Node(cfg, slow_params, ctrl.address, apply=slow_apply).start()
+    roles.extend([*senders, slow])
+    for i, node in enumerate(senders):
+        for m in messages(150, seed=i):
+            node.submit(m, apply_locally=True)
+    wait_until(lambda: ctrl.counters()["updates_applied"] == 300, 20, "the controller to apply all 300")
+    assert ctrl.counters()["updates_dropped_backpressure"] > 0, "the tiny queues must have overflowed"
+    for node in [*senders, slow]:
+        wait_until(
+            lambda n=node: np.max(np.abs(n.params - ctrl.params)) <= 1e-6, 20, f"node {node.node_id} equal"
+        )
+    assert slow.counters()["resyncs"] >= 2, "equality came back through a re-sync"
+
+
+@pytest.mark.timeout(60)
+def test_chunked_catch_up_with_updater_state(roles) -> None:
+    cfg = fast(chunk_bytes=4096, max_message_bytes=64 * 1024, max_header_bytes=8 * 1024)
+    master = np.arange(N, dtype=np.float32)
+    updater = np.linspace(0, 1, 2 * N)
+    ctrl = Controller(cfg, master.copy(), updater_state=updater).start()
+    roles.append(ctrl)
+    node = Node(cfg, np.zeros(N, np.float32), ctrl.address, want_updater_state=True).start()
+    roles.append(node)
+    assert np.array_equal(node.params, master)
+    assert np.array_equal(node.updater_state, updater)
+    sender = Node(cfg, np.zeros(N, np.float32), ctrl.address).start()  # joins later: downloads the same
+    roles.append(sender)
+    assert np.array_equal(sender.params, master) and sender.updater_state is None
+    for m in messages(5, seed=3):
+        sender.submit(m, apply_locally=True)
+    wait_until(lambda: node.counters()["updates_applied"] == 5, 10, "the updates")
+    assert np.max(np.abs(node.params - ctrl.params)) <= 1e-6
+    assert ctrl.counters()["frames_out"] > 2 * N * 4 / 4096, "the download travelled in chunks"
+
+
+@pytest.mark.timeout(60)
+def test_the_task_lock_and_the_status_view(roles) -> None:
+    ctrl = Controller(fast(mesh="mesh", fan_out=1), np.zeros(N, np.float32)).start()
+    roles.append(ctrl)
+    lock = threading.RLock()
+    a = Node(fast(node_name="part-0"), np.zeros(N, np.float32), ctrl.address, lock=lock).start()
+    b = Node(fast(node_name="part-1"), np.zeros(N, np.float32), ctrl.address).start()
+    roles.extend([a, b])
+    assert a.lock is lock
+    for m in messages(20, seed=5):  # the task applies and submits under the node's lock
+        with a.lock:
+            decode(m, a.params)
+            a.submit(m)
+    wait_until(lambda: b.counters()["updates_applied"] == 20, 10, "b applying a's updates")
+    assert np.max(np.abs(a.params - b.params)) <= 1e-6
+    status = ctrl.status()
+    places = {n["id"]: n for n in status["nodes"]}
+    assert places[a.node_id]["parent"] == 0 and places[b.node_id]["parent"] == a.node_id
+    assert places[a.node_id]["name"] == "part-0" and status["depth"] == 2
+    counters = b.counters()
+    assert (
+        counters["applied_by_origin"] == {a.node_id: 20}
+        and counters["mesh_version"] == status["mesh_version"]
+    )
+    with pytest.raises(InvalidUpdateError):
+        a.submit(np.zeros(3, dtype=np.float32))
+    with pytest.raises(InvalidUpdateError):
+        a.submit(messages(1, seed=1)[0][:-1])
+
+
+@pytest.mark.timeout(60)
+def test_node_surfaces_controller_lost_to_the_caller(roles) -> None:
+    ctrl = Controller(fast(), np.zeros(N, np.float32)).start()
+    node = Node(fast(), np.zeros(N, np.float32), ctrl.address).start()
+    roles.append(node)
+    ctrl.stop()
+    with pytest.raises(ControllerLostError, match="shut down"):
+        node.wait(5.0)
+    with pytest.raises(ControllerLostError):
+        node.submit(messages(1, seed=2)[0])
+
+
+@pytest.mark.timeout(30)
+def test_join_errors_name_both_addresses_and_masks_are_checked() -> None:
+    node = Node(fast(join_timeout_s=0.5), np.zeros(N, np.float32), "127.0.0.1:9")
+    with pytest.raises(JoinError, match=r"127\.0\.0\.1:9 from local address 127\.0\.0\.1:\d+"):
+        node.start()
+    with pytest.raises(NoMatchingInterfaceError, match="interfaces seen"):
+        Controller(fast(network_mask="203.0.113.0/24"), np.zeros(4, np.float32)).start()
+    ctrl = Controller(fast(network_mask="127.0.0.0/8"), np.zeros(4, np.float32)).start()
+    try:
+        assert ctrl.address.startswith("127.")
+    finally:
+        ctrl.stop()
