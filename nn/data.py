@@ -15,21 +15,18 @@ also reads either kind back and holds the loaders; MultiDataSet lives in ``psrv.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 from psrv.nn.data_common import (
+    ExampleRows,
     as_array,
-    as_generator,
-    check_batch_size,
     check_count,
     check_mask,
     merge_slot,
     one_hot,
     same_arrays,
-    split_count,
-    split_order,
     take,
 )
 from psrv.nn.data_file import (
@@ -38,9 +35,8 @@ from psrv.nn.data_file import (
     DATA_FILE_VERSION,
     decode_arrays,
     encode_arrays,
-    local_path,
     read_file_bytes,
-    write_file_atomically,
+    write_file_bytes,
 )
 from psrv.nn.errors import DataError, DataFileError
 from psrv.nn.multidataset import MultiDataSet
@@ -81,7 +77,7 @@ def read_data_file(path: str | os.PathLike[str]) -> DataSet | MultiDataSet:
 # --------------------------------------------------------------------------------------------------
 # DataSet
 # --------------------------------------------------------------------------------------------------
-class DataSet:
+class DataSet(ExampleRows):
     """One input array and one label array (with optional masks): DL4J's DataSet."""
 
     __slots__ = ("features", "labels", "features_mask", "labels_mask")
@@ -104,9 +100,6 @@ class DataSet:
     @property
     def num_examples(self) -> int:
         return int(self.features.shape[0])
-
-    def __len__(self) -> int:
-        return self.num_examples
 
     @property
     def num_inputs(self) -> int:
@@ -185,46 +178,11 @@ class DataSet:
         ]
         return all(same_arrays(a, b) for a, b in pairs)
 
-    # -- reordering and slicing --------------------------------------------------------------
-    def shuffle(self, seed: int | np.random.Generator | None = None) -> DataSet:
-        """A new DataSet with the examples in a random order (the original is untouched)."""
-        return self.subset(as_generator(seed).permutation(self.num_examples))
-
-    def batches(
-        self,
-        batch_size: int,
-        *,
-        shuffle: bool = False,
-        seed: int | np.random.Generator | None = None,
-        drop_last: bool = False,
-    ) -> Iterator[DataSet]:
-        """Minibatches of ``batch_size`` examples (the last one smaller unless ``drop_last``)."""
-        check_batch_size(batch_size)
-        order = as_generator(seed).permutation(self.num_examples) if shuffle else None
-        for start in range(0, self.num_examples, batch_size):
-            stop = min(start + batch_size, self.num_examples)
-            if drop_last and stop - start < batch_size:
-                return
-            yield self.subset(order[start:stop] if order is not None else slice(start, stop))
-
-    def split(
-        self, fraction_train: float, *, seed: int | np.random.Generator | None = None
-    ) -> tuple[DataSet, DataSet]:
-        """(train, test): ``round(fraction_train * n)`` examples go to train; shuffled when seeded."""
-        n_train = split_count(fraction_train, self.num_examples)
-        order = split_order(seed, self.num_examples)
-        return self.subset(order[:n_train]), self.subset(order[n_train:])
-
     # -- merging -----------------------------------------------------------------------------
     @staticmethod
     def merge(datasets: Iterable[DataSet]) -> DataSet:
         """One DataSet holding every example, in order; sequences of different lengths are padded."""
-        items = list(datasets)
-        if not items:
-            raise DataError("DataSet.merge: expected at least one DataSet, got none")
-        for i, item in enumerate(items):
-            if not isinstance(item, DataSet):
-                raise DataError(f"DataSet.merge: item {i} is a {type(item).__name__}, expected DataSet")
+        items = DataSet._items_to_merge(datasets)
         features, features_mask = merge_slot(
             [d.features for d in items], [d.features_mask for d in items], "features"
         )
@@ -250,7 +208,7 @@ class DataSet:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write this minibatch to one file (atomically: readers never see half a file)."""
-        write_file_atomically(local_path(path), self.to_bytes())
+        write_file_bytes(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> DataSet:

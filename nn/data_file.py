@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zlib
 
 import numpy as np
+from psrv.nn._files import write_atomically
 from psrv.nn.data_common import NUMERIC_KINDS
 from psrv.nn.errors import DataFileError
 
@@ -123,22 +123,12 @@ def decode_arrays(
     return kind, arrays
 
 
-def write_file_atomically(path: str | os.PathLike[str], blob: bytes) -> None:
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=DATA_FILE_SUFFIX, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def write_file_bytes(path: str | os.PathLike[str], blob: bytes) -> None:
+    """Write a data file atomically (readers never see half a file); local paths and ``file:`` URIs."""
+    write_atomically(_local_path(path), blob, make_parents=True)
 
 
-def local_path(path: str | os.PathLike[str]) -> str:
+def _local_path(path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
     if path.startswith("file://"):
         return path[len("file://") :]
@@ -148,7 +138,8 @@ def local_path(path: str | os.PathLike[str]) -> str:
 
 
 def read_file_bytes(path: str | os.PathLike[str]) -> bytes:
-    local = local_path(path)
+    """The bytes of a local data file (or ``file:`` URI); raises DataFileError."""
+    local = _local_path(path)
     if "://" in local:
         raise DataFileError(
             f"{path}: only local paths can be read here; read Hadoop-style URIs through Spark "

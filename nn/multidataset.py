@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 from psrv.nn.data_common import (
+    ExampleRows,
     as_array,
-    as_generator,
-    check_batch_size,
     check_count,
     check_mask,
     merge_slot,
     same_arrays,
-    split_count,
-    split_order,
     take,
 )
-from psrv.nn.data_file import encode_arrays, local_path, read_file_bytes, write_file_atomically
+from psrv.nn.data_file import encode_arrays, read_file_bytes, write_file_bytes
 from psrv.nn.errors import DataError, DataFileError
 
 if TYPE_CHECKING:
@@ -48,7 +45,7 @@ def _mask_list(
     return [check_mask(m, n, d, f"{what}[{i}]") for i, (m, d) in enumerate(zip(masks, datas, strict=True))]
 
 
-class MultiDataSet:
+class MultiDataSet(ExampleRows):
     """Several input arrays and several label arrays (with optional masks): DL4J's MultiDataSet."""
 
     __slots__ = ("features", "labels", "features_masks", "labels_masks")
@@ -74,9 +71,6 @@ class MultiDataSet:
     @property
     def num_examples(self) -> int:
         return int(self.features[0].shape[0])
-
-    def __len__(self) -> int:
-        return self.num_examples
 
     @property
     def num_feature_arrays(self) -> int:
@@ -124,42 +118,9 @@ class MultiDataSet:
             and all(same_arrays(a, b) for a, b in zip(mine, theirs, strict=True))
         )
 
-    def shuffle(self, seed: int | np.random.Generator | None = None) -> MultiDataSet:
-        return self.subset(as_generator(seed).permutation(self.num_examples))
-
-    def batches(
-        self,
-        batch_size: int,
-        *,
-        shuffle: bool = False,
-        seed: int | np.random.Generator | None = None,
-        drop_last: bool = False,
-    ) -> Iterator[MultiDataSet]:
-        check_batch_size(batch_size)
-        order = as_generator(seed).permutation(self.num_examples) if shuffle else None
-        for start in range(0, self.num_examples, batch_size):
-            stop = min(start + batch_size, self.num_examples)
-            if drop_last and stop - start < batch_size:
-                return
-            yield self.subset(order[start:stop] if order is not None else slice(start, stop))
-
-    def split(
-        self, fraction_train: float, *, seed: int | np.random.Generator | None = None
-    ) -> tuple[MultiDataSet, MultiDataSet]:
-        n_train = split_count(fraction_train, self.num_examples)
-        order = split_order(seed, self.num_examples)
-        return self.subset(order[:n_train]), self.subset(order[n_train:])
-
     @staticmethod
     def merge(datasets: Iterable[MultiDataSet]) -> MultiDataSet:
-        items = list(datasets)
-        if not items:
-            raise DataError("MultiDataSet.merge: expected at least one MultiDataSet, got none")
-        for i, item in enumerate(items):
-            if not isinstance(item, MultiDataSet):
-                raise DataError(
-                    f"MultiDataSet.merge: item {i} is a {type(item).__name__}, expected MultiDataSet"
-                )
+        items = MultiDataSet._items_to_merge(datasets)
         layouts = {(len(d.features), len(d.labels)) for d in items}
         if len(layouts) > 1:
             raise DataError(f"MultiDataSet.merge: (features, labels) array counts differ: {sorted(layouts)}")
@@ -204,7 +165,7 @@ class MultiDataSet:
         return data.to_multi() if isinstance(data, DataSet) else data
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        write_file_atomically(local_path(path), self.to_bytes())
+        write_file_bytes(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MultiDataSet:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zlib
 from typing import Any
 
 import numpy as np
+from psrv.nn._files import write_atomically
 from psrv.nn.errors import (
     ConfigError,
     ForeignFileError,
@@ -149,21 +149,6 @@ def network_from_bytes(data: bytes | bytearray | memoryview, source: str = "buff
 
 def save_network(net: Any, path: str | os.PathLike[str]) -> None:
     write_atomically(path, network_to_bytes(net))
-
-
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write via a temp file + rename, so a crash never leaves half a file under ``path``."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".psrvnn-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def load_network(path: str | os.PathLike[str]) -> Any:

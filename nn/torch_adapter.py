@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from psrv.nn import _inputs
+from psrv.nn._files import write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
 
 FORMAT = "psrv.nn.TorchNetwork"
@@ -140,7 +141,7 @@ class TorchNetwork:
 
     @iteration.setter
     def iteration(self, value: int) -> None:
-        self._iteration = _counter(value, "iteration")
+        self._iteration = _inputs.check_counter(value, "iteration")
 
     @property
     def epoch(self) -> int:
@@ -148,7 +149,7 @@ class TorchNetwork:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._epoch = _counter(value, "epoch")
+        self._epoch = _inputs.check_counter(value, "epoch")
 
     def _state_slots(self) -> list[tuple[dict, str, Any]]:
         slots = []
@@ -271,12 +272,7 @@ class TorchNetwork:
         return update.numpy(), loss
 
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, shuffle: bool = True) -> None:
-        if epochs < 1 or batch_size < 1:
-            raise InvalidInputError(
-                f"fit: expected epochs >= 1 and batch_size >= 1, got {epochs}, {batch_size}"
-            )
-        if not _inputs.is_single(data) and isinstance(data, Iterable) and iter(data) is data and epochs > 1:
-            raise InvalidInputError("fit: a one-shot iterator can be trained for one epoch only; pass a list")
+        _inputs.check_fit(data, epochs, batch_size)
         for _ in range(epochs):
             rng = np.random.default_rng([self.seed, self._epoch, 7]) if shuffle else None
             for features, labels, mask in _inputs.minibatches(data, batch_size, rng):
@@ -391,8 +387,6 @@ class TorchNetwork:
         return net
 
     def save(self, path: Any) -> None:
-        from psrv.nn.serialization import write_atomically
-
         write_atomically(path, self.to_bytes())
 
     @classmethod
@@ -417,12 +411,6 @@ def _flat(vec: Any, size: int, what: str) -> np.ndarray:
     if arr.shape != (size,):
         raise InvalidInputError(f"{what}: expected a flat vector of shape ({size},), got shape {arr.shape}")
     return arr
-
-
-def _counter(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise InvalidInputError(f"{what}: expected an int >= 0, got {value!r}")
-    return int(value)
 
 
 __all__ = ["TorchNetwork"]

@@ -11,12 +11,12 @@ import html
 import json
 import math
 import os
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from psrv.nn._files import write_atomically
 from psrv.spark.stats import EVENT_KINDS, METRIC_FIELDS, normalize_stats
 
 __all__ = ["CLOCK_CAVEAT", "export_stats_html", "render_stats_html"]
@@ -309,15 +309,5 @@ def export_stats_html(
     """
     text = render_stats_html(stats, title)
     target = os.path.abspath(path[len("file://") :] if path.startswith("file://") else path)
-    directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".psrv-report-", suffix=".html")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_atomically(target, text.encode("utf-8"), make_parents=True)
     return target
