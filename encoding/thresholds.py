@@ -42,6 +42,26 @@ def _check_observation(count: int, n: int) -> None:
         raise ValueError(f"observe expects 0 <= count <= n, got count={count}, n={n}")
 
 
+def _decay(value: float) -> float:
+    decay = _positive("decay", value)
+    if decay >= 1:
+        raise ValueError(f"decay must be in (0, 1), got {value}")
+    return decay
+
+
+def _steered(threshold: float, decay: float, count: int, n: int, low: float, high: float) -> float:
+    """tau after observing ``count`` of ``n``: lowered below sparsity ``low``, raised above ``high``."""
+    _check_observation(count, n)
+    if n == 0:
+        return threshold
+    sparsity = count / n
+    if sparsity < low:
+        return max(threshold * decay, MIN_THRESHOLD)
+    if sparsity > high:
+        return min(threshold / decay, MAX_THRESHOLD)
+    return threshold
+
+
 class _Base:
     """Shared state handling: the state is the class name plus the constructor's keyword arguments."""
 
@@ -117,20 +137,11 @@ class AdaptiveThreshold(_Base):
         if self.min_sparsity > self.max_sparsity or self.max_sparsity > 1:
             raise ValueError(
                 f"need 0 < min_sparsity <= max_sparsity <= 1, got {min_sparsity}, {max_sparsity}")
-        self.decay = _positive("decay", decay)
-        if self.decay >= 1:
-            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.decay = _decay(decay)
         self.threshold = self.initial
 
     def observe(self, count: int, n: int) -> None:
-        _check_observation(count, n)
-        if n == 0:
-            return
-        sparsity = count / n
-        if sparsity < self.min_sparsity:
-            self.threshold = max(self.threshold * self.decay, MIN_THRESHOLD)
-        elif sparsity > self.max_sparsity:
-            self.threshold = min(self.threshold / self.decay, MAX_THRESHOLD)
+        self.threshold = _steered(self.threshold, self.decay, count, n, self.min_sparsity, self.max_sparsity)
 
 
 class TargetSparsityThreshold(_Base):
@@ -143,20 +154,11 @@ class TargetSparsityThreshold(_Base):
         self.target = _positive("target", target)
         if self.target > 1:
             raise ValueError(f"target sparsity must be in (0, 1], got {target}")
-        self.decay = _positive("decay", decay)
-        if self.decay >= 1:
-            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.decay = _decay(decay)
         self.threshold = self.initial
 
     def observe(self, count: int, n: int) -> None:
-        _check_observation(count, n)
-        if n == 0:
-            return
-        sparsity = count / n
-        if sparsity < self.target:
-            self.threshold = max(self.threshold * self.decay, MIN_THRESHOLD)
-        elif sparsity > self.target:
-            self.threshold = min(self.threshold / self.decay, MAX_THRESHOLD)
+        self.threshold = _steered(self.threshold, self.decay, count, n, self.target, self.target)
 
 
 ALGORITHMS: dict[str, type[_Base]] = {

@@ -142,3 +142,18 @@ def minibatches(
         raise InvalidInputError(f"expected a DataSet or an iterable of DataSets, got {type(data).__name__}")
     for item in data:
         yield unpack(item)
+
+
+def check_counter(value: Any, what: str) -> int:
+    """An iteration or epoch counter: an int >= 0 (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise InvalidInputError(f"{what}: expected an int >= 0, got {value!r}")
+    return int(value)
+
+
+def check_fit(data: Any, epochs: int, batch_size: int) -> None:
+    """fit()'s arguments: positive epochs and batch size; a one-shot iterator allows one epoch only."""
+    if epochs < 1 or batch_size < 1:
+        raise InvalidInputError(f"fit: expected epochs >= 1 and batch_size >= 1, got {epochs}, {batch_size}")
+    if not is_single(data) and isinstance(data, Iterable) and iter(data) is data and epochs > 1:
+        raise InvalidInputError("fit: a one-shot iterator can be trained for one epoch only; pass a list")

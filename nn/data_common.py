@@ -1,8 +1,9 @@
-"""Checks and array helpers shared by DataSet and MultiDataSet: validation, padding merges, batching."""
+"""What DataSet and MultiDataSet share: validation, padding merges, and reordering and batching."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Self
 
 import numpy as np
 from psrv.nn.errors import DataError
@@ -137,3 +138,60 @@ def split_count(fraction_train: float, n: int) -> int:
 
 def split_order(seed: int | np.random.Generator | None, n: int) -> np.ndarray:
     return as_generator(seed).permutation(n) if seed is not None else np.arange(n)
+
+
+class ExampleRows:
+    """Reordering and slicing of a batch of examples, all built on ``subset`` and ``num_examples``."""
+
+    __slots__ = ()
+
+    @property
+    def num_examples(self) -> int:
+        raise NotImplementedError
+
+    def subset(self, index: np.ndarray | slice) -> Self:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def shuffle(self, seed: int | np.random.Generator | None = None) -> Self:
+        """A copy with the examples in a random order (the original is untouched)."""
+        return self.subset(as_generator(seed).permutation(self.num_examples))
+
+    def batches(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int | np.random.Generator | None = None,
+        drop_last: bool = False,
+    ) -> Iterator[Self]:
+        """Minibatches of ``batch_size`` examples (the last one smaller unless ``drop_last``)."""
+        check_batch_size(batch_size)
+        order = as_generator(seed).permutation(self.num_examples) if shuffle else None
+        for start in range(0, self.num_examples, batch_size):
+            stop = min(start + batch_size, self.num_examples)
+            if drop_last and stop - start < batch_size:
+                return
+            yield self.subset(order[start:stop] if order is not None else slice(start, stop))
+
+    def split(
+        self, fraction_train: float, *, seed: int | np.random.Generator | None = None
+    ) -> tuple[Self, Self]:
+        """(train, test): ``round(fraction_train * n)`` examples go to train; shuffled when seeded."""
+        n_train = split_count(fraction_train, self.num_examples)
+        order = split_order(seed, self.num_examples)
+        return self.subset(order[:n_train]), self.subset(order[n_train:])
+
+    @classmethod
+    def _items_to_merge(cls, datasets: Iterable[Any]) -> list[Self]:
+        """The merge() argument as a list, checked: at least one item, each of this class."""
+        name = cls.__name__
+        items = list(datasets)
+        if not items:
+            raise DataError(f"{name}.merge: expected at least one {name}, got none")
+        for i, item in enumerate(items):
+            if not isinstance(item, cls):
+                raise DataError(f"{name}.merge: item {i} is a {type(item).__name__}, expected {name}")
+        return items

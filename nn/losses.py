@@ -25,11 +25,23 @@ class Loss:
         raise NotImplementedError
 
 
-def _weights(mask: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+def _weights(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     if mask is None:
         return None
     m = mask.astype(dtype, copy=False)
     return m.reshape(-1, 1) if m.ndim == 1 else m
+
+
+def _mean_over_examples(
+    per: np.ndarray, delta: np.ndarray, mask: np.ndarray | None, z: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """(masked per-output losses summed and divided by n, masked delta / n): DL4J's batch average."""
+    n = z.shape[0]
+    w = _weights(mask, z.dtype)
+    if w is not None:
+        per = per * w
+        delta *= w
+    return float(per.sum() / n), delta / z.dtype.type(n)
 
 
 class McXent(Loss):
@@ -40,17 +52,11 @@ class McXent(Loss):
     probability_labels = True
 
     def loss_and_delta(self, z, a, y, mask, act):
-        n = z.shape[0]
         shifted = z - z.max(axis=1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        w = _weights(mask, z.shape, z.dtype)
-        per = y * log_p
         # d/dz of -sum(y log softmax(z)) is p * sum(y) - y (= p - y for one-hot rows)
         delta = a * y.sum(axis=1, keepdims=True) - y
-        if w is not None:
-            per = per * w
-            delta *= w
-        return float(-per.sum() / n), delta / z.dtype.type(n)
+        return _mean_over_examples(-(y * log_p), delta, mask, z)
 
 
 class BinaryXent(Loss):
@@ -61,15 +67,9 @@ class BinaryXent(Loss):
     probability_labels = True
 
     def loss_and_delta(self, z, a, y, mask, act):
-        n = z.shape[0]
         # -(y log s(z) + (1-y) log(1-s(z))) = softplus(z) - y z, computed without overflow
         per = np.maximum(z, 0) - y * z + np.log1p(np.exp(-np.abs(z)))
-        delta = a - y
-        w = _weights(mask, z.shape, z.dtype)
-        if w is not None:
-            per = per * w
-            delta *= w
-        return float(per.sum() / n), delta / z.dtype.type(n)
+        return _mean_over_examples(per, a - y, mask, z)
 
 
 class Mse(Loss):
@@ -80,7 +80,7 @@ class Mse(Loss):
     def loss_and_delta(self, z, a, y, mask, act):
         n, k = z.shape[0], int(np.prod(z.shape[1:]))
         diff = a - y
-        w = _weights(mask, z.shape, z.dtype)
+        w = _weights(mask, z.dtype)
         if w is not None:
             diff = diff * w
         loss = float((diff * (a - y)).sum() / (n * k))

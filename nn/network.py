@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -134,7 +134,7 @@ class Network:
 
     @iteration.setter
     def iteration(self, value: int) -> None:
-        self._iteration = self._counter(value, "iteration")
+        self._iteration = _inputs.check_counter(value, "iteration")
 
     @property
     def epoch(self) -> int:
@@ -142,13 +142,7 @@ class Network:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._epoch = self._counter(value, "epoch")
-
-    @staticmethod
-    def _counter(value: Any, what: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-            raise InvalidInputError(f"{what}: expected an int >= 0, got {value!r}")
-        return int(value)
+        self._epoch = _inputs.check_counter(value, "epoch")
 
     def _check_flat(self, vec: Any, size: int, what: str) -> np.ndarray:
         arr = np.asarray(vec)
@@ -276,12 +270,7 @@ class Network:
         iterable of DataSets (each one minibatch, as DL4J's fit(iterator)); a one-shot iterator allows
         one epoch only.
         """
-        if epochs < 1 or batch_size < 1:
-            raise InvalidInputError(
-                f"fit: expected epochs >= 1 and batch_size >= 1, got {epochs}, {batch_size}"
-            )
-        if not _inputs.is_single(data) and isinstance(data, Iterable) and iter(data) is data and epochs > 1:
-            raise InvalidInputError("fit: a one-shot iterator can be trained for one epoch only; pass a list")
+        _inputs.check_fit(data, epochs, batch_size)
         for _ in range(epochs):
             rng = np.random.default_rng([self.seed, self._epoch, 7]) if shuffle else None
             seen = 0
