@@ -137,7 +137,7 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
         return k.encode_range(residual, bits, tau, abs_mask, tau_bits, inf_bits, lo, hi, indices[w0:w1],
                               originals[lo:hi], bitmap)
 
-    run = _run_serial if len(chunks) == 1 else _pool(len(chunks)).map
+    run = map if len(chunks) == 1 else _pool(len(chunks)).map
     results = list(run(run_chunk, range(len(chunks))))
 
     bad = [first_bad for _, first_bad, _ in results if first_bad >= 0]
@@ -209,10 +209,6 @@ def _clear_bitmap(bitmap: np.ndarray, results, word_ranges) -> None:
     for (_, _, bitmap_mode), (w0, w1) in zip(results, word_ranges, strict=True):
         if bitmap_mode:
             bitmap[w0:w1] = 0
-
-
-def _run_serial(function, *iterables):
-    return map(function, *iterables)
 
 
 def _as_message_array(message: np.ndarray | bytes | bytearray | memoryview) -> np.ndarray:

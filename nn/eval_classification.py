@@ -9,10 +9,9 @@ import numpy as np
 from psrv.nn.errors import EvaluationError
 from psrv.nn.eval_common import (
     VERSION,
-    as_array,
+    batch_arrays,
     check_rows,
     class_indices,
-    flatten_time,
     fmt,
     load_json,
     row_mask,
@@ -55,10 +54,7 @@ class Evaluation:
 
     def eval(self, labels: Any, predictions: Any, mask: Any = None) -> None:
         """Add one batch: labels one-hot or class indices; predictions probabilities or indices."""
-        y = as_array(labels, "labels")
-        p = as_array(predictions, "predictions")
-        m = None if mask is None else as_array(mask, "mask")
-        y, p, m = flatten_time(y, p, m, sequence_ndim=3)
+        y, p, m = batch_arrays(labels, predictions, mask)
         if p.ndim == 2 and y.ndim == 2 and p.shape[1] != y.shape[1]:
             raise EvaluationError(
                 f"labels and predictions: expected the same number of classes, got labels {y.shape} and "

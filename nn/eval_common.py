@@ -65,11 +65,27 @@ def check_rows(labels: np.ndarray, predictions: np.ndarray) -> None:
         )
 
 
-def load_json(text: str | bytes | dict[str, Any], kind: str) -> dict[str, Any]:
+def batch_arrays(
+    labels: Any, predictions: Any, mask: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One eval() batch checked as numeric arrays; sequence batches (n, T, C) flattened to rows."""
+    y = as_array(labels, "labels")
+    p = as_array(predictions, "predictions")
+    m = None if mask is None else as_array(mask, "mask")
+    return flatten_time(y, p, m, sequence_ndim=3)
+
+
+def parse_json(text: str | bytes | dict[str, Any], who: str) -> Any:
+    """``text`` parsed (a dict passes through); invalid JSON is an EvaluationError naming ``who``."""
     try:
-        data = text if isinstance(text, dict) else json.loads(text)
+        return text if isinstance(text, dict) else json.loads(text)
     except ValueError as exc:
-        raise EvaluationError(f"{kind}.from_json: not valid JSON ({exc})") from exc
+        raise EvaluationError(f"{who}: not valid JSON ({exc})") from exc
+
+
+def load_json(text: str | bytes | dict[str, Any], kind: str) -> dict[str, Any]:
+    """The JSON form of one evaluation kind, with its type and version checked."""
+    data = parse_json(text, f"{kind}.from_json")
     if not isinstance(data, dict) or data.get("type") != kind:
         got = data.get("type") if isinstance(data, dict) else type(data).__name__
         raise EvaluationError(f"{kind}.from_json: expected a JSON object of type {kind!r}, got {got!r}")

@@ -9,10 +9,9 @@ import numpy as np
 from psrv.nn.errors import EvaluationError
 from psrv.nn.eval_common import (
     VERSION,
-    as_array,
+    batch_arrays,
     check_rows,
     class_indices,
-    flatten_time,
     fmt,
     load_json,
     row_mask,
@@ -22,11 +21,14 @@ from psrv.nn.eval_common import (
 __all__ = ["ROC", "ROCMultiClass"]
 
 
+def _checked_steps(threshold_steps: int) -> int:
+    if not isinstance(threshold_steps, int | np.integer) or threshold_steps < 0:
+        raise EvaluationError(f"threshold_steps: expected an integer >= 0, got {threshold_steps!r}")
+    return int(threshold_steps)
+
+
 def _binary_inputs(labels: Any, predictions: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
-    y = as_array(labels, "labels")
-    p = as_array(predictions, "predictions")
-    m = None if mask is None else as_array(mask, "mask")
-    y, p, m = flatten_time(y, p, m, sequence_ndim=3)
+    y, p, m = batch_arrays(labels, predictions, mask)
     check_rows(y, p)
 
     def column(values: np.ndarray, what: str) -> np.ndarray:
@@ -53,9 +55,7 @@ class ROC:
     """Binary ROC. ``threshold_steps=0``: exact (keeps every score); N > 0: N+1 fixed thresholds."""
 
     def __init__(self, threshold_steps: int = 0) -> None:
-        if not isinstance(threshold_steps, int | np.integer) or threshold_steps < 0:
-            raise EvaluationError(f"threshold_steps: expected an integer >= 0, got {threshold_steps!r}")
-        self.threshold_steps = int(threshold_steps)
+        self.threshold_steps = _checked_steps(threshold_steps)
         self._scores: list[np.ndarray] = []
         self._positives: list[np.ndarray] = []
         if self.threshold_steps:
@@ -204,8 +204,7 @@ class ROCMultiClass:
     """One-vs-all ROC per class of a multi-class classifier."""
 
     def __init__(self, threshold_steps: int = 0, num_classes: int | None = None) -> None:
-        ROC(threshold_steps)  # validates threshold_steps
-        self.threshold_steps = int(threshold_steps)
+        self.threshold_steps = _checked_steps(threshold_steps)
         self.num_classes: int | None = None
         self._rocs: list[ROC] = []
         if num_classes is not None:
@@ -222,10 +221,7 @@ class ROCMultiClass:
 
     def eval(self, labels: Any, predictions: Any, mask: Any = None) -> None:
         """Add one batch: labels one-hot (n, C) or class indices (n,); predictions (n, C)."""
-        y = as_array(labels, "labels")
-        p = as_array(predictions, "predictions")
-        m = None if mask is None else as_array(mask, "mask")
-        y, p, m = flatten_time(y, p, m, sequence_ndim=3)
+        y, p, m = batch_arrays(labels, predictions, mask)
         if p.ndim != 2:
             raise EvaluationError(f"predictions: expected class probabilities (n, C), got shape {p.shape}")
         check_rows(y, p)
@@ -240,20 +236,17 @@ class ROCMultiClass:
         for c, roc in enumerate(self._rocs):
             roc._add(actual == c, p[:, c].astype(np.float64))
 
-    def _roc(self, cls: int) -> ROC:
+    def roc(self, cls: int) -> ROC:
+        """The one-vs-all ROC of class ``cls``."""
         if not isinstance(cls, int | np.integer) or not 0 <= cls < len(self._rocs):
             raise EvaluationError(f"cls: expected a class index in [0, {self.num_classes}), got {cls!r}")
         return self._rocs[int(cls)]
 
-    def roc(self, cls: int) -> ROC:
-        """The one-vs-all ROC of class ``cls``."""
-        return self._roc(cls)
-
     def auc(self, cls: int) -> float:
-        return self._roc(cls).auc()
+        return self.roc(cls).auc()
 
     def average_precision(self, cls: int) -> float:
-        return self._roc(cls).average_precision()
+        return self.roc(cls).average_precision()
 
     def average_auc(self) -> float:
         """Mean one-vs-all AUC over the classes (scikit-learn's ``multi_class='ovr'``, macro)."""

@@ -21,11 +21,11 @@ as 0, as scikit-learn's ``zero_division=0``; macro averages run over all classes
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from psrv.nn.errors import EvaluationError
 from psrv.nn.eval_classification import Evaluation
+from psrv.nn.eval_common import parse_json
 from psrv.nn.eval_regression import RegressionEvaluation
 from psrv.nn.eval_roc import ROC, ROCMultiClass
 
@@ -44,10 +44,7 @@ def evaluation_from_json(
     text: str | bytes | dict[str, Any],
 ) -> Evaluation | ROC | ROCMultiClass | RegressionEvaluation:
     """Rebuild any evaluation from its ``to_json()`` text, dispatching on its ``type``."""
-    try:
-        data = text if isinstance(text, dict) else json.loads(text)
-    except ValueError as exc:
-        raise EvaluationError(f"evaluation_from_json: not valid JSON ({exc})") from exc
+    data = parse_json(text, "evaluation_from_json")
     kind = data.get("type") if isinstance(data, dict) else None
     if kind not in _KINDS:
         raise EvaluationError(

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from psrv.nn import _inputs
 from psrv.nn.errors import ConfigError, InvalidInputError, NonFiniteLossError
+from psrv.nn.eval_classification import Evaluation
+from psrv.nn.eval_regression import RegressionEvaluation
 from psrv.nn.layers import Dropout, Layer, Output, layer_from_config
 from psrv.nn.updaters import Adam, Updater, updater_from_config
 
@@ -285,15 +287,13 @@ class Network:
     def evaluate(self, data: Any, evaluation: Any = None, batch_size: int = 4096) -> Any:
         """Evaluate on a DataSet / iterable of DataSets. Default: Evaluation for classifiers (softmax or
         sigmoid), RegressionEvaluation for mse outputs; pass ``evaluation`` (e.g. ROC()) to use another."""
-        from psrv.nn import evaluation as ev_module
-
         binary = self.num_outputs == 1 and self.output_layer.activation.name == "sigmoid"
         if evaluation is None:
             if self.output_layer.loss.name == "mse":
-                evaluation = ev_module.RegressionEvaluation()
+                evaluation = RegressionEvaluation()
             else:
-                evaluation = ev_module.Evaluation(num_classes=2 if binary else self.num_outputs)
-        classify = isinstance(evaluation, ev_module.Evaluation)
+                evaluation = Evaluation(num_classes=2 if binary else self.num_outputs)
+        classify = isinstance(evaluation, Evaluation)
         for features, labels, mask in _inputs.minibatches(data, batch_size, None):
             x, y, m = self._prepare(features, labels, mask)
             out = self._forward(x, training=False)[0]

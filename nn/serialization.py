@@ -30,6 +30,7 @@ from psrv.nn.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
+from psrv.nn.normalizers import normalizer_from_state
 
 MAGIC = b"\x89PSRVNN\n"
 FORMAT_VERSION = 1
@@ -141,8 +142,6 @@ def network_from_bytes(data: bytes | bytearray | memoryview, source: str = "buff
     except (KeyError, ValueError) as exc:
         raise ModelFileError(f"{source}: stored arrays do not match the configuration: {exc}") from exc
     if header.get("normalizer") is not None:
-        from psrv.nn.normalizers import normalizer_from_state
-
         net.normalizer = normalizer_from_state(_decode_state(header["normalizer"]))
     return net
 

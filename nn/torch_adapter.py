@@ -20,6 +20,8 @@ import numpy as np
 from psrv.nn import _inputs
 from psrv.nn._files import write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
+from psrv.nn.eval_classification import Evaluation
+from psrv.nn.normalizers import normalizer_from_state
 
 FORMAT = "psrv.nn.TorchNetwork"
 FORMAT_VERSION = 1
@@ -317,8 +319,6 @@ class TorchNetwork:
         return total / count
 
     def evaluate(self, data: Any, evaluation: Any = None, batch_size: int = 4096) -> Any:
-        from psrv.nn.evaluation import Evaluation
-
         evaluation = evaluation if evaluation is not None else Evaluation(num_classes=self.num_outputs)
         for features, labels, mask in _inputs.minibatches(data, batch_size, None):
             x, y, m = self._prepare(features, labels, mask)
@@ -381,8 +381,6 @@ class TorchNetwork:
         net.optimizer.load_state_dict(payload["optimizer_state"])
         net._iteration, net._epoch = payload["iteration"], payload["epoch"]
         if payload.get("normalizer") is not None:
-            from psrv.nn.normalizers import normalizer_from_state
-
             net.normalizer = normalizer_from_state(payload["normalizer"])
         return net
 
