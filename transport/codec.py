@@ -127,7 +127,7 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
                 "bad_field", f"{op}: field {name!r} must be {expected}, got {value!r:.80}"
             )
         fields[name] = value
-    extra = set(header) - set(schema.fields) - set(RESERVED)
+    extra = () if len(header) == len(fields) + len(RESERVED) else set(header) - set(fields) - set(RESERVED)
     if extra:
         raise FrameRejectedError("bad_field", f"{op}: unexpected fields {sorted(extra)}")
     if not schema.min_buffers <= len(buffers) <= schema.max_buffers:

@@ -29,7 +29,8 @@ COUNTER_NAMES = (
 
 
 class Counters:
-    """Thread-safe counters; ``snapshot()`` is what `psrv status` and the node's JSON line show."""
+    """Counters written by the role's I/O thread only (so plain dict updates under the GIL are safe)
+    and read from any thread; ``snapshot()`` is what `psrv status` and the node's JSON line show."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -39,32 +40,33 @@ class Counters:
         self.gauges: dict[str, Any] = {"mesh_version": 0}
 
     def add(self, name: str, amount: int = 1) -> None:
-        with self._lock:
-            self._values[name] += amount
+        self._values[name] += amount
+
+    def received(self, frames: int, nbytes: int) -> None:
+        values = self._values
+        values["frames_in"] += frames
+        values["bytes_in"] += nbytes
 
     def reject(self, reason: str) -> None:
-        with self._lock:
-            self._rejected[reason] += 1
+        self._rejected[reason] += 1
 
     def applied(self, origin: int) -> None:
-        with self._lock:
-            self._values["updates_applied"] += 1
-            self._applied_by_origin[origin] += 1
+        self._values["updates_applied"] += 1
+        self._applied_by_origin[origin] += 1
 
     def __getitem__(self, name: str) -> int:
-        with self._lock:
-            return self._values[name]
+        return self._values[name]
 
     def rejected_total(self) -> int:
-        with self._lock:
-            return sum(self._rejected.values())
+        return sum(dict(self._rejected).values())
 
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
+        with self._lock:  # dict(...) copies atomically under the GIL even while the I/O thread writes
             out: dict[str, Any] = dict(self._values)
-            out["rejected"] = dict(self._rejected)
-            out["rejected_total"] = sum(self._rejected.values())
-            out["applied_by_origin"] = {int(k): v for k, v in sorted(self._applied_by_origin.items())}
+            rejected = dict(self._rejected)
+            out["rejected"] = rejected
+            out["rejected_total"] = sum(rejected.values())
+            out["applied_by_origin"] = {int(k): v for k, v in sorted(dict(self._applied_by_origin).items())}
         out.update(self.gauges)
         return out
 

@@ -13,6 +13,7 @@ ceil(n / 16) words.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,8 @@ from psrv.transport.errors import FrameRejectedError
 HEADER_WORDS = 4
 WORD_ELEMENTS = 16
 FORMS = {0: "sparse", 1: "bitmap"}
+_I32 = struct.Struct("<i")
+_F32 = struct.Struct("<f")
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,8 @@ def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
         raise FrameRejectedError(
             "bad_payload", f"{what}: {payload.shape[0]} int32 words, a header alone is 4"
         )
-    first, n, tau_bits, form = (int(x) for x in payload[:HEADER_WORDS])
-    tau = float(np.array([tau_bits], dtype=np.int32).view(np.float32)[0])
+    first, n, tau_bits, form = payload[:HEADER_WORDS].tolist()
+    tau = _F32.unpack(_I32.pack(tau_bits))[0]
     name = FORMS.get(form)
     if name is None:
         raise FrameRejectedError(
