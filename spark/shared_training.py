@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_DRAIN_DEADLINE_S = 15.0
 _DRAIN_QUIET_S = 0.5
+_DRAIN_MIN_S = 2.0
 
 
 @dataclass
@@ -126,7 +126,8 @@ def _partition_trainer(
         part = partition_id()
         context = TaskContext.get()
         attempt = int(context.attemptNumber()) if context is not None else 0
-        events = EventLog(setup.collect_stats, worker=worker_id(), partition=part, attempt=attempt)
+        events = EventLog(setup.collect_stats, worker=worker_id(), partition=part, attempt=attempt,
+                          epoch=int(setup.payload.epoch))
         started = events.now()
         network = training_network(setup.payload)
         events.add("setup", started, events.now())
@@ -368,9 +369,12 @@ class SharedTrainingMaster:
         return outcome["results"]
 
     def _drain(self, controller: Any, results: list[WorkerResult]) -> None:
-        """Wait until the controller applied every update the finished workers sent (bounded)."""
+        """Wait until the controller applied every update the finished workers sent.
+
+        Bounded by a few heartbeats: an update still missing then was lost in flight (see README).
+        """
         expected = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
-        deadline = time.monotonic() + _DRAIN_DEADLINE_S
+        deadline = time.monotonic() + max(_DRAIN_MIN_S, 3 * self.conf.heartbeat_ms / 1000.0)
         last, quiet_since = -1, time.monotonic()
         while time.monotonic() < deadline:
             applied = controller.counters_["updates_applied"]
@@ -401,6 +405,8 @@ class SharedTrainingMaster:
             "messages": sum(r.messages for r in results),
             "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
             "controller_updates_applied": controller_counters.get("updates_applied"),
+            "updates_missing": max(0, sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
+                                   - int(controller_counters.get("updates_applied") or 0)),
             "retried_partitions": sorted({r.partition for r in results if r.attempt > 0}),
             "threshold": float(self.threshold_algorithm.threshold),
         }

@@ -40,7 +40,7 @@ def test_export_approach_reaches_accuracy_and_records_stats(spark_context, digit
     stats = normalize_stats(spark_net.get_training_stats())
     fits = [s for s in stats if s["kind"] == "fit"]
     assert sum(s["examples"] for s in fits) == 3 * train.num_examples
-    assert len({s["worker"] for s in fits}) == 2  # two executors
+    assert len({s["worker"] for s in fits}) >= 2  # two executors (a Python worker may be replaced)
     rounds = [s for s in stats if s["kind"] == "averaging"]
     assert len(rounds) == 3 * int(np.ceil(np.ceil(train.num_examples / 16) / 10))
     # the driver's iteration grows by the longest worker share of each round

@@ -29,16 +29,18 @@ def _master(mesh: str = "plain", approach: str = "export", **kwargs) -> SharedTr
     return SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach=approach, **kwargs)
 
 
-def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: int) -> tuple[float, dict]:
+def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: int,
+               min_epochs: int = 1) -> tuple[float, dict]:
     """Fit epochs until the test accuracy reaches ``bar``; also sum what the updates cost."""
     accuracy, totals = 0.0, {"bytes_sent": 0, "dense_bytes": 0, "epochs": 0}
     for _ in range(epochs):
         spark_net.fit(rdd)
         totals["epochs"] += 1
+        totals["missing"] = totals.get("missing", 0) + spark_net.training_master.last_fit["updates_missing"]
         for key in ("bytes_sent", "dense_bytes"):
             totals[key] += spark_net.training_master.last_fit[key]
         accuracy = spark_net.network.evaluate(test).accuracy()
-        if accuracy >= bar:
+        if accuracy >= bar and totals["epochs"] >= min_epochs:
             break
     return accuracy, totals
 
@@ -53,13 +55,18 @@ def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach
     spark_net = SparkNetwork(spark_context, _network(), master)
     rdd = spark_context.parallelize(list(train.batches(50)), 3)
     started = time.monotonic()
-    accuracy, totals = _fit_until(spark_net, rdd, test, 0.90, 10)
+    # at least 2 epochs: the byte count covers the threshold's adaptation and a steadier phase
+    accuracy, totals = _fit_until(spark_net, rdd, test, 0.90, 10, min_epochs=2)
     assert accuracy >= 0.90, (accuracy, master.last_fit)
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["examples"] == train.num_examples
     assert totals["bytes_sent"] * 50 < totals["dense_bytes"], totals
-    workers = {e["worker"] for e in spark_net.get_training_stats() if e["kind"] == "fit"}
-    assert len(workers) == 2
+    last_epoch = spark_net.network.epoch - 1
+    fits = [e for e in spark_net.get_training_stats() if e["kind"] == "fit" and e["epoch"] == last_epoch]
+    assert {e["partition"] for e in fits} == {0, 1}
+    assert sum(e["examples"] for e in fits) == train.num_examples
+    if mesh == "plain":  # every update a worker sent reached the master copy
+        assert fit["updates_missing"] == 0, fit
     print(f"{mesh}/{approach}: {accuracy:.3f} in {time.monotonic() - started:.1f} s, {totals}, {fit}")
 
 
@@ -141,3 +148,18 @@ def test_configuration_errors_are_clear() -> None:
     assert VoidConfiguration().controller_host("driver-host") == "driver-host"
     with pytest.raises(SparkConfigError, match="rdd_training_approach"):
         SharedTrainingMaster(VoidConfiguration(), rdd_training_approach="teleport")
+
+
+@pytest.mark.xfail(reason="transport: in MESH mode updates in flight to a parent that leaves are lost "
+                          "(the node does not re-send its own updates the controller's watermark lacks)",
+                   strict=False)
+def test_mesh_loses_no_update_when_a_parent_leaves(spark_context, digits) -> None:
+    train, _ = digits
+    master = _master("mesh", "export", conf={"mesh_fan_out": 1})
+    spark_net = SparkNetwork(spark_context, _network(seed=25), master)
+    rdd = spark_context.parallelize(list(train.batches(50)), 3)
+    missing = 0
+    for _ in range(3):
+        spark_net.fit(rdd)
+        missing += master.last_fit["updates_missing"]
+    assert missing == 0
