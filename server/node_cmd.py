@@ -10,10 +10,9 @@ import argparse
 import json
 import sys
 import time
-from threading import Event
 
 import numpy as np
-from psrv.server.options import add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.options import StopFlag, add_network_options, config_from_args, stop_event_on_signals
 from psrv.server.synthetic import SyntheticUpdates
 from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
@@ -62,7 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def wait_for_nodes(address: str, config: TransportConfig, count: int, timeout_s: float, stop: Event) -> None:
+def wait_for_nodes(
+    address: str, config: TransportConfig, count: int, timeout_s: float, stop: StopFlag
+) -> None:
     deadline = time.monotonic() + timeout_s
     while count > 0 and not stop.is_set():
         live = [n for n in request_status(address, config, timeout_s)["nodes"] if n["state"] == "online"]

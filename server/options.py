@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import signal
-import threading
+import time
 
 from psrv.transport import TransportConfig
 
@@ -35,13 +36,37 @@ def config_from_args(args: argparse.Namespace, **overrides: object) -> Transport
     return TransportConfig(**values)
 
 
-def stop_event_on_signals() -> threading.Event:
-    """An Event set by SIGINT or SIGTERM (the daemons run until one arrives)."""
-    event = threading.Event()
+class StopFlag:
+    """Set by SIGINT/SIGTERM. The handler only flips a bool: taking a lock there (as Event.set does)
+    can deadlock against the main thread that was interrupted inside Event.wait."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def set(self) -> None:
+        self.flag = True
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.flag:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.02))
+        return self.flag
+
+
+def stop_event_on_signals() -> StopFlag:
+    """A flag set by SIGINT or SIGTERM (the daemons run until one arrives)."""
+    flag = StopFlag()
 
     def handler(signum: int, frame: object) -> None:
-        event.set()
+        flag.flag = True
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    return event
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack (hang diagnosis)
+    return flag

@@ -201,7 +201,14 @@ class Cluster:
         """SIGTERM and wait; returns the exit code (the JSON line is then in proc.stdout)."""
         if proc.popen.poll() is None:
             proc.popen.send_signal(signal.SIGTERM)
-        rc = proc.popen.wait(timeout_s)
+        try:
+            rc = proc.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.popen.send_signal(signal.SIGUSR1)  # the daemons dump every thread's stack
+            time.sleep(1.0)
+            raise AssertionError(
+                f"{proc.name} did not stop within {timeout_s} s; stderr:\n{proc.stderr()}"
+            ) from None
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:  # let the pump thread collect the last lines
             try:
