@@ -96,6 +96,7 @@ def classes_of(network: Any) -> int | None:
     loss = getattr(getattr(layer, "loss", None), "name", None)
     if loss == "mse":
         return None
-    if getattr(network, "num_outputs", 0) == 1:
-        return None  # a single sigmoid output takes the 0/1 label as it is
-    return int(network.num_outputs)
+    outputs = getattr(network, "num_outputs", None)
+    if outputs is None or outputs == 1:
+        return None  # unknown, or a single sigmoid output that takes the 0/1 label as it is
+    return int(outputs)

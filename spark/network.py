@@ -35,10 +35,10 @@ class SparkNetwork:
     def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
                  eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE, features_col: str = "features",
                  label_col: str = "label") -> None:
+        if hasattr(spark_context, "sparkContext") and not hasattr(spark_context, "parallelize"):
+            spark_context = spark_context.sparkContext  # a SparkSession was given
         if spark_context is None or not hasattr(spark_context, "parallelize"):
             raise SparkConfigError(f"expected a SparkContext, got {type(spark_context).__name__}")
-        if hasattr(spark_context, "sparkContext") and not hasattr(spark_context, "defaultParallelism"):
-            spark_context = spark_context.sparkContext
         for attribute in ("params", "get_config", "output"):
             if not hasattr(network, attribute):
                 raise SparkConfigError(f"expected a psrv.nn.Network, got {type(network).__name__}")

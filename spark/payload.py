@@ -30,10 +30,25 @@ class NetworkPayload:
     iteration: int = 0
     epoch: int = 0
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # networks that are code rather than data (psrv.nn.TorchNetwork) travel in their own file form
+    blob: bytes | None = None
+    factory: Any = None
 
     @classmethod
     def from_network(cls, network: Any, *, with_updater: bool = False) -> NetworkPayload:
+        from psrv.nn.network import Network
+
         normalizer = getattr(network, "normalizer", None)
+        blob, factory = None, None
+        if not isinstance(network, Network):
+            if not (hasattr(network, "to_bytes") and hasattr(type(network), "from_bytes")):
+                from psrv.spark.errors import SparkConfigError
+
+                raise SparkConfigError(
+                    f"cannot ship a {type(network).__name__} to the executors: expected a psrv.nn.Network "
+                    "or a network with to_bytes() and from_bytes() (e.g. psrv.nn.TorchNetwork)"
+                )
+            blob, factory = network.to_bytes(), type(network)
         return cls(
             config=network.get_config(),
             params=np.array(network.params, dtype=np.float32, copy=True),
@@ -41,13 +56,18 @@ class NetworkPayload:
             normalizer_state=normalizer.get_state() if normalizer is not None else None,
             iteration=int(getattr(network, "iteration", 0)),
             epoch=int(getattr(network, "epoch", 0)),
+            blob=blob,
+            factory=factory,
         )
 
     def build(self) -> Any:
         """A new network equal to the one this payload was made from."""
-        from psrv.nn import Network
+        if self.blob is not None:
+            network = self.factory.from_bytes(self.blob)
+        else:
+            from psrv.nn import Network
 
-        network = Network.from_config(self.config)
+            network = Network.from_config(self.config)
         self.load_into(network)
         if self.normalizer_state is not None:
             from psrv.nn.normalizers import normalizer_from_state

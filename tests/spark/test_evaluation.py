@@ -147,3 +147,20 @@ def test_evaluations_saved_and_read_back(spark_context, trained, test_rdd, tmp_p
 def test_no_training_master_is_a_clear_error(spark_context, trained, test_rdd) -> None:
     with pytest.raises(SparkConfigError, match="no training master"):
         SparkNetwork(spark_context, trained).fit(test_rdd)
+
+
+def test_torch_network_evaluated_and_run_on_spark(spark_context, digits) -> None:
+    torch = pytest.importorskip("torch")
+    from psrv.nn import TorchNetwork
+
+    train, test = digits
+    module = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,), seed=4)
+    net.fit(train, epochs=2, batch_size=32)
+    spark_net = SparkNetwork(spark_context, net)
+    remote = spark_net.evaluate(spark_context.parallelize(chunks(test, 30), 2))
+    assert np.array_equal(remote.confusion_matrix(), net.evaluate(test).confusion_matrix())
+    pairs = spark_context.parallelize([(i, test.features[i]) for i in range(40)], 2)
+    result = dict(spark_net.feed_forward_with_key(pairs, batch_size=16).collect())
+    np.testing.assert_allclose(np.stack([result[i] for i in range(40)]), net.output(test.features[:40]),
+                               atol=1e-6)

@@ -98,3 +98,20 @@ def test_bad_options_and_inputs_are_clear_errors(spark_context) -> None:
         spark_net.fit(spark_context.parallelize([], 2))
     with pytest.raises(SparkInputError, match="RDD of DataSets or a DataFrame"):
         spark_net.fit([1, 2, 3])
+
+
+def test_torch_network_trains_with_parameter_averaging(spark_context, digits) -> None:
+    torch = pytest.importorskip("torch")
+    from psrv.nn import TorchNetwork
+
+    train, test = digits
+    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
+                       optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2), seed=5)
+    master = ParameterAveragingTrainingMaster(batch_size_per_worker=16, averaging_frequency=10,
+                                              rdd_training_approach="direct")
+    spark_net = SparkNetwork(spark_context, net, master)
+    for _ in range(2):
+        spark_net.fit(_rdd(spark_context, train, 100, 2))
+    assert net.evaluate(test).accuracy() >= 0.85
+    assert net.updater_state.any()  # Adam's moments averaged back into the driver's network

@@ -13,6 +13,7 @@ from psrv.spark import SparkNetwork
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
 from psrv.spark.shared_training import SharedTrainingMaster
+from psrv.spark.stats_report import export_stats_html
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -47,7 +48,7 @@ def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: 
 
 @pytest.mark.parametrize(("mesh", "approach"), [("plain", "export"), ("plain", "direct"), ("mesh", "export"),
                                               ("mesh", "direct")])
-def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach) -> None:
+def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach, tmp_path) -> None:
     train, test = digits
     # MESH with fan-out 1: the second node hangs below the first, so updates are relayed by a node
     conf = {"mesh_fan_out": 1} if mesh == "mesh" else {}
@@ -67,6 +68,11 @@ def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach
     assert sum(e["examples"] for e in fits) == train.num_examples
     if mesh == "plain":  # every update a worker sent reached the master copy
         assert fit["updates_missing"] == 0, fit
+    kinds = {e["kind"] for e in spark_net.get_training_stats()}
+    assert {"setup", "catch_up", "wait", "fit", "encode", "training_job"} <= kinds
+    report = tmp_path / "stats.html"
+    export_stats_html(spark_net.get_training_stats(), str(report))
+    assert report.read_text().count("catch_up") >= 1
     print(f"{mesh}/{approach}: {accuracy:.3f} in {time.monotonic() - started:.1f} s, {totals}, {fit}")
 
 
@@ -121,11 +127,10 @@ def test_dataframe_input_and_saved_network_predicts_the_same(spark, spark_contex
     labels = train.label_indices()
     rows = [(train.features[i].tolist(), int(labels[i])) for i in range(train.num_examples)]
     frame = spark.createDataFrame(rows, ["features", "label"])
-    spark_net = SparkNetwork(spark_context, _network(seed=24), _master("mesh", "direct"))
-    for _ in range(4):
-        spark_net.fit(frame)
+    spark_net = SparkNetwork(spark_context, _network(seed=24), _master("plain", "direct"))
+    accuracy, _ = _fit_until(spark_net, frame, test, 0.90, 8)
+    assert accuracy >= 0.85
     trained = spark_net.get_network()
-    assert trained.evaluate(test).accuracy() >= 0.85
     path = tmp_path / "trained.psrv"
     trained.save(path)
     loaded = Network.load(path)
