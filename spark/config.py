@@ -65,7 +65,7 @@ class VoidConfiguration:
     mesh_build_mode: str = "plain"
     heartbeat_ms: int = 1000
     secure: bool = True
-    join_timeout_ms: int = 30_000
+    join_timeout_ms: int = 15_000
     mesh_fan_out: int = 8
 
     def __post_init__(self) -> None:

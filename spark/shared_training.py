@@ -186,6 +186,12 @@ def _partition_trainer(
                     loss_sum += float(loss) * batch.num_examples
                     _maybe_kill(setup, steps)
             counters = node.counters()
+            if setup.collect_stats:
+                events.events.append({**events.common, "kind": "metrics", "time": events.now(),
+                                      "iteration": int(network.iteration),
+                                      "bytes_received": int(counters.get("bytes_in", 0)),
+                                      "bytes_sent_total": int(counters.get("bytes_out", 0)),
+                                      "updates_applied": int(counters.get("updates_applied", 0))})
         finally:
             node.stop()
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
