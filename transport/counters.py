@@ -16,6 +16,7 @@ COUNTER_NAMES = (
     "updates_relayed",  # copies forwarded to neighbours
     "duplicates_dropped",  # received again after being seen once
     "updates_dropped_backpressure",  # copies not queued because a peer's queue was full
+    "updates_resent",  # own updates sent again because the controller still lacked them
     "frames_in",
     "frames_out",
     "bytes_in",

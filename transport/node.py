@@ -101,7 +101,10 @@ class Node(Endpoint):
         self._peers: dict[int, Peer] = {}
         self._watch: ControllerWatch | None = None
         self._beat = HeartbeatTimer(config.heartbeat_s)
-        self._ctrl_watermarks: deque[dict[int, int]] = deque(maxlen=3)
+        self._ctrl_watermarks: deque[tuple[dict[int, int], int]] = deque(
+            maxlen=3
+        )  # (watermark, own seq then)
+        self._last_resend = 0.0
         self._token = ""
         self._join_started = 0.0
         self._join_attempts = 0
@@ -337,17 +340,42 @@ class Node(Endpoint):
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if not self._from_controller(msg) or self.state is not NodeState.RUNNING:
             return
-        self._ctrl_watermarks.append({int(k): int(v) for k, v in msg["watermark"].items()})
+        latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._ctrl_watermarks.append((latest, self._seq))
         if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
             return
-        old = self._ctrl_watermarks[0]  # announced two beats ago: anything still missing is lost
+        old, own_seq_then = self._ctrl_watermarks[0]  # two beats ago: anything still missing is lost
+        now = time.monotonic()
+        quiet = self.config.heartbeat_s * self.config.missed_beats
+        if latest.get(self.node_id, 0) < own_seq_then and now - self._last_resend > quiet:
+            self._last_resend = now
+            self._resend_own(latest.get(self.node_id, 0), own_seq_then)
         mine = self.seen.watermark()
         behind = [o for o, w in old.items() if o != self.node_id and mine.get(o, 0) < w]
-        if behind and time.monotonic() - self._last_sync > self.config.heartbeat_s * self.config.missed_beats:
+        if behind and now - self._last_sync > quiet:
             self.log.warning(
                 "node %d is behind the controller for origins %s: re-syncing", self.node_id, behind[:8]
             )
             self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def _resend_own(self, acknowledged: int, upto: int) -> None:
+        """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay
+        died): send them again from the replay ring; duplicates are dropped by every receiver."""
+        with self.lock:
+            again = [(s, p, f) for o, s, p, f in self._ring if o == self.node_id and acknowledged < s <= upto]
+        for seq, payload, fields in again:
+            message = Message(
+                Op.UPDATE, {"origin": self.node_id, "seq": seq, **fields}, [payload], src=self.node_id
+            )
+            self._relay(message, came_from=None)
+        self.counters_.add("updates_resent", len(again))
+        self.log.warning(
+            "node %d: the controller lacks own updates %d..%d; resent %d from the ring",
+            self.node_id,
+            acknowledged + 1,
+            upto,
+            len(again),
+        )
 
     def on_update(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if self.state is NodeState.JOINING:
@@ -361,6 +389,9 @@ class Node(Endpoint):
             return
         self._relay(Message(Op.UPDATE, msg.fields, msg.buffers, src=self.node_id), came_from=msg.src)
         if self.state is NodeState.SYNCING:
+            if len(self._held) >= self.config.replay_ring_messages:  # bounded: a later re-sync covers it
+                self.counters_.add("updates_dropped_backpressure")
+                return
             self._held.append((origin, seq, payload, msg.fields))
             return
         with self.lock:

@@ -140,3 +140,30 @@ def test_killing_the_controller_stops_every_node_with_a_clear_error(cluster) -> 
         assert stamp - killed_wall <= 5.0, f"{proc.name} noticed the loss after {stamp - killed_wall:.1f} s"
         assert exited <= 7.0, f"{proc.name} took {exited:.1f} s to exit"
         assert "lost the controller at " + cluster.address in proc.stderr()
+
+
+@pytest.mark.timeout(150)
+def test_kill9_inner_mesh_node_its_subtree_is_remapped_and_reconverges(cluster) -> None:
+    """MESH chain controller <- n0 <- n1 <- n2: killing n1 mid-stream remaps n2; updates lost in n1 are
+    repaired by the watermark re-sync, so every survivor ends equal to the master copy."""
+    cluster.start_controller(
+        params=1000, mesh="mesh", fan_out=1, heartbeat_ms=HEARTBEAT_MS, missed_beats=MISSED
+    )
+    procs = {}
+    for i in range(3):  # one at a time, so the chain order is n0, n1, n2
+        procs[f"n{i}"] = cluster.start_node(updates=600, rate=150, seed=i, name=f"n{i}", wait_nodes=3)
+        cluster.wait_for(lambda s, k=i: len(s["nodes"]) == k + 1, 60, f"n{i} joined")
+    status = cluster.status()
+    ids = ids_by_name(status)
+    parents = {n["name"]: n["parent"] for n in status["nodes"]}
+    assert parents == {"n0": 0, "n1": ids["n0"], "n2": ids["n1"]}, parents
+    cluster.wait_for(lambda s: sent_by(s, ids["n1"]) >= 100, 30, "n1 sending")
+    procs["n1"].popen.kill()
+    status = cluster.wait_for(lambda s: ids["n1"] not in [n["id"] for n in s["nodes"]], 30, "n1 offline")
+    assert {n["name"]: n["parent"] for n in status["nodes"]}["n2"] != ids["n1"]
+    cluster.wait_for(
+        lambda s: converged(s, {"n0", "n2"}, {"n0": 600, "n2": 600}),
+        90,
+        "the survivors equal to the master copy",
+    )
+    assert_equal_to_master(cluster, [procs["n0"], procs["n2"]])
