@@ -113,7 +113,8 @@ def test_fit_paths_with_custom_loader(spark_context, digits, tmp_path) -> None:
         path = str(tmp_path / f"b{i:04d}.npz")
         np.savez(path, x=batch.features, y=batch.labels)
         paths.append(path)
-    spark_net = SparkNetwork(spark_context, _network(seed=23), _master("plain"))
+    # encoding_debug_mode: every worker logs threshold, sparsity and residual statistics per step
+    spark_net = SparkNetwork(spark_context, _network(seed=23), _master("plain", encoding_debug_mode=True))
     for _ in range(6):
         spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=NpzLoader())
         if spark_net.network.evaluate(test).accuracy() >= 0.9:
@@ -168,3 +169,16 @@ def test_mesh_loses_no_update_when_a_parent_leaves(spark_context, digits) -> Non
         spark_net.fit(rdd)
         missing += master.last_fit["updates_missing"]
     assert missing == 0
+
+
+def test_more_partitions_than_task_slots_does_not_deadlock(spark_context, digits) -> None:
+    train, test = digits
+    slots = spark_context.defaultParallelism
+    master = _master("plain", "direct", num_workers=slots + 3)
+    spark_net = SparkNetwork(spark_context, _network(seed=26), master)
+    started = time.monotonic()
+    spark_net.fit(spark_context.parallelize(list(train.batches(50)), 2))
+    assert master.last_fit["workers"] == slots + 3  # tasks ran in waves, each joined and left
+    assert master.last_fit["examples"] == train.num_examples
+    assert master.last_fit["updates_missing"] == 0
+    assert time.monotonic() - started < 120
