@@ -10,6 +10,7 @@ tests fail with the reason; there is deliberately no silent fallback to ``local[
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -18,6 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 SPARK_MASTER = os.environ.get("PSRV_TEST_SPARK_MASTER", "local-cluster[2,1,1024]")
+if re.fullmatch(r"local\[(\d+|\*)\]", SPARK_MASTER):
+    # plain local[N] gives a task one attempt; the retry tests need Spark's usual four
+    SPARK_MASTER = SPARK_MASTER[:-1] + ",4]"
 EXPECTED_EXECUTORS = 2 if SPARK_MASTER.startswith("local-cluster") else 0
 STARTUP_DEADLINE_S = float(os.environ.get("PSRV_TEST_SPARK_STARTUP_S", "120"))
 
