@@ -347,9 +347,11 @@ class Node(Endpoint):
         old, own_seq_then = self._ctrl_watermarks[0]  # two beats ago: anything still missing is lost
         now = time.monotonic()
         quiet = self.config.heartbeat_s * self.config.missed_beats
-        if latest.get(self.node_id, 0) < own_seq_then and now - self._last_resend > quiet:
+        acknowledged = latest.get(self.node_id, 0)
+        stuck = acknowledged == old.get(self.node_id, 0)  # no progress in two beats: lost, not just slow
+        if stuck and acknowledged < own_seq_then and now - self._last_resend > quiet:
             self._last_resend = now
-            self._resend_own(latest.get(self.node_id, 0), own_seq_then)
+            self._resend_own(acknowledged, own_seq_then)
         mine = self.seen.watermark()
         behind = [o for o, w in old.items() if o != self.node_id and mine.get(o, 0) < w]
         if behind and now - self._last_sync > quiet:
