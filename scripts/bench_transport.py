@@ -30,6 +30,7 @@ import numpy as np
 import zmq
 from psrv.transport import Controller, Node, TransportConfig
 from psrv.transport.client import request_status
+from psrv.transport.endpoint import ZERO_COPY_MIN_BYTES
 from psrv.transport.messages import PROTOCOL_VERSION
 
 KB = 1024
@@ -189,8 +190,8 @@ def throughput(size: int, count: int, repeats: int) -> dict:
         node = Node(bench_config(), np.zeros(n, np.float32), ctrl.address).start()
         try:
             for _ in range(repeats):
-                for _ in range(count):
-                    push.send_multipart(frames, copy=False)
+                for _ in range(count):  # the same copy policy psrv uses (the faster one for each size)
+                    push.send_multipart(frames, copy=size < ZERO_COPY_MIN_BYTES)
                 raw_rates.append(block_rate(raw.blocks(1)[0]))
                 for _ in range(count):
                     node.submit(message)
