@@ -182,3 +182,41 @@ def test_random_bytes_never_escape_as_anything_but_a_rejection(frames: list[byte
 def test_random_headers_never_escape_as_anything_but_a_rejection(h: dict) -> None:
     with contextlib.suppress(FrameRejectedError):
         decode_frames([pack_header(h), PAYLOAD])
+
+
+def encoded(n: int = 64) -> np.ndarray:
+    from psrv.encoding import encode
+
+    residual = np.zeros(n, dtype=np.float32)
+    residual[[1, 5]] = [2.0, -2.0]
+    return encode(residual, 1.0)
+
+
+def test_payload_header_check_is_structural_and_names_the_problem() -> None:
+    from psrv.transport.payload import header_info
+
+    message = encoded()
+    info = header_info(message, 64, "update")
+    assert (info.form, info.count, info.n, info.tau) == ("sparse", 2, 64, 1.0)
+    cases = {
+        "this model has 65": (message, 65),
+        "header alone": (message[:3], 64),
+        "body words": (np.concatenate([message, message[-1:]]), 64),
+        "unknown form": (np.concatenate([message[:3], [7], message[4:]]).astype(np.int32), 64),
+        "positive and finite": (np.concatenate([message[:2], [0], message[3:]]).astype(np.int32), 64),
+    }
+    for expected, (payload, size) in cases.items():
+        with pytest.raises(FrameRejectedError, match=expected) as info_:
+            header_info(payload, size, "update")
+        assert info_.value.reason == "bad_payload"
+
+
+def test_restored_seen_set_is_exactly_the_downloaded_one() -> None:
+    from psrv.transport.seen import covered, restore
+
+    watermark, extra = {1: 5, 2: 0}, {2: [3, 4], 3: [9]}
+    seen = restore(1024, watermark, extra)
+    for origin, seq in [(1, 1), (1, 5), (2, 3), (2, 4), (3, 9)]:
+        assert covered(watermark, extra, origin, seq) and not seen.first_time(origin, seq)
+    for origin, seq in [(1, 6), (2, 1), (2, 5), (3, 1), (4, 1)]:
+        assert not covered(watermark, extra, origin, seq) and seen.first_time(origin, seq)
