@@ -150,3 +150,35 @@ def test_join_errors_name_both_addresses_and_masks_are_checked() -> None:
         assert ctrl.address.startswith("127.")
     finally:
         ctrl.stop()
+
+
+@pytest.mark.timeout(30)
+def test_oversized_frames_never_arrive(roles) -> None:
+    import msgpack
+    import zmq
+    from psrv.transport.sockets import tcp
+
+    ctrl = Controller(
+        fast(max_message_bytes=64 * 1024, chunk_bytes=16 * 1024, max_header_bytes=16 * 1024),
+        np.zeros(N, np.float32),
+    ).start()
+    roles.append(ctrl)
+    context = zmq.Context()
+    try:
+        big, small = context.socket(zmq.DEALER), context.socket(zmq.DEALER)
+        for sock in (big, small):
+            sock.linger = 0
+            sock.connect(tcp(ctrl.address))
+        big.send_multipart(
+            [msgpack.packb({"v": 1, "op": "leave", "src": 1, "reason": "x"}), b"\0" * (1 << 20)]
+        )
+        small.send_multipart([b"garbage"])
+        wait_until(lambda: ctrl.counters()["rejected_total"] == 1, 5, "the small garbage frame counted")
+        time.sleep(0.3)
+        counters = ctrl.counters()
+        assert counters["rejected"] == {"bad_header": 1}, "zmq's MAXMSGSIZE dropped the 1 MB frame unread"
+        assert counters["frames_in"] == 1
+    finally:
+        big.close(0)
+        small.close(0)
+        context.term()
