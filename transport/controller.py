@@ -109,6 +109,7 @@ class Controller(Endpoint):
         token = msg["token"]
         node_id = self._tokens.get(token)
         if node_id is None or node_id not in self.mesh:
+            peer_socket = self._connect_advertised(msg["address"])  # before any state changes
             node_id = self.mesh.allocate_id()
             name = msg["name"]
             restart = name is not None and name in self._names_seen
@@ -118,7 +119,7 @@ class Controller(Endpoint):
             self.membership.joined(node_id)
             self._tokens[token] = node_id
             self._records[node_id] = NodeRecord(node_id, msg["address"], name, token, restart)
-            self._peers[node_id] = self._connect(node_id, msg["address"])
+            self._peers[node_id] = Peer(node_id, msg["address"], peer_socket)
             self.counters_.add("joins")
             self.log.info(
                 "node %d joined from %s (name %s, restart %s): parent %d, depth %d, mesh version %d",

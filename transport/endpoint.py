@@ -35,7 +35,7 @@ from psrv.transport.errors import (
 from psrv.transport.messages import Message, Op, handler_table
 from psrv.transport.netmask import choose_address
 from psrv.transport.peer import Peer
-from psrv.transport.sockets import Security, bind_router, connect_dealer
+from psrv.transport.sockets import Security, bind_router, connect_dealer, valid_address
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 _instance_ids = itertools.count(1)
@@ -439,6 +439,19 @@ class Endpoint:
 
     def _registered(self) -> set[zmq.Socket]:
         return {s for s, _ in self._poller.sockets}
+
+    def _connect_advertised(self, address: str) -> zmq.Socket:
+        """A DEALER to an address that came over the wire; a bad one is a rejected frame, not a crash."""
+        if not valid_address(address):
+            raise FrameRejectedError(
+                "bad_field", f"advertised address must be HOST:PORT, got {address!r:.80}"
+            )
+        try:
+            return self._connect(-1, address).socket
+        except (TransportConfigError, zmq.ZMQError) as exc:
+            raise FrameRejectedError(
+                "bad_field", f"cannot connect to advertised address {address!r:.80}: {exc}"
+            ) from None
 
     def _connect(self, node_id: int, address: str) -> Peer:
         cfg = self.config

@@ -46,6 +46,7 @@ from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.peer import Peer, SentToken
 from psrv.transport.seen import covered, restore
+from psrv.transport.sockets import valid_address
 
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
@@ -508,15 +509,22 @@ class Node(Endpoint):
                 )
 
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
+        wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
+        bad = [mesh.address(n) for n in wanted if not valid_address(mesh.address(n))]
+        if bad:
+            raise FrameRejectedError(
+                "bad_field", f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}"
+            )
         self.mesh = mesh
         self.counters_.gauges["mesh_version"] = mesh.version
-        wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
         for node_id in list(self._peers):
             peer = self._peers[node_id]
             if node_id not in wanted or peer.address != mesh.address(node_id):
                 self._close_peer(self._peers.pop(node_id), self.config.linger_s)
         for node_id in wanted - set(self._peers):
-            self._peers[node_id] = self._connect(node_id, mesh.address(node_id))
+            self._peers[node_id] = Peer(
+                node_id, mesh.address(node_id), self._connect_advertised(mesh.address(node_id))
+            )
 
     def _begin_sync(self, reason: str) -> None:
         self.state = NodeState.SYNCING

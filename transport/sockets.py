@@ -8,6 +8,7 @@ nothing it sends is delivered and nothing is sent to it.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any
 
@@ -25,6 +26,21 @@ def tcp(address: str) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"tcp://{host}:{port}"
+
+
+def valid_address(address: object) -> bool:
+    """``host:port`` with an IP address or host name and a port in 1..65535."""
+    if not isinstance(address, str) or len(address) > 300:
+        return False
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return all(part and len(part) < 64 and part.replace("-", "").isalnum() for part in host.split("."))
 
 
 def host_port(endpoint: str) -> str:

@@ -182,3 +182,45 @@ def test_oversized_frames_never_arrive(roles) -> None:
         big.close(0)
         small.close(0)
         context.term()
+
+
+@pytest.mark.timeout(30)
+def test_crafted_join_and_mesh_messages_are_rejected_not_fatal(roles) -> None:
+    import msgpack
+    import zmq
+    from psrv.transport.sockets import tcp
+
+    ctrl = Controller(fast(), np.zeros(N, np.float32)).start()
+    node = Node(fast(), np.zeros(N, np.float32), ctrl.address).start()
+    roles.extend([ctrl, node])
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    try:
+        sock.linger = 0
+        sock.connect(tcp(ctrl.address))
+        sock.send_multipart(
+            [
+                msgpack.packb(
+                    {"v": 1, "op": "join", "src": -1, "address": "no port here", "name": None, "token": "t"}
+                )
+            ]
+        )
+        wait_until(lambda: ctrl.counters()["rejected_total"] == 1, 5, "the bad join rejected")
+        sock.close(0)
+        sock = context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(tcp(node.address))
+        mesh = ctrl.mesh.to_dict()
+        mesh["version"] += 10
+        rows = [[i, p, a, c + [99] if i == node.node_id else c] for i, p, a, c in mesh["nodes"]]
+        mesh["nodes"] = [*rows, [99, node.node_id, "bogus", []]]  # a child at an address that is none
+        mesh["next_id"], mesh["mode"] = 100, "mesh"
+        sock.send_multipart(
+            [msgpack.packb({"v": 1, "op": "mesh", "src": 0, "mesh": mesh, "version": mesh["version"]})]
+        )
+        wait_until(lambda: node.counters()["rejected_total"] == 1, 5, "the bad mesh rejected")
+    finally:
+        sock.close(0)
+        context.term()
+    assert ctrl.running and node.running and ctrl.counters()["joins"] == 1
+    assert node.counters()["rejected"] == {"bad_field": 1}
