@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import zmq
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, RESERVED, Message, Op
 
@@ -46,6 +47,9 @@ def encode_frames(message: Message) -> list[Any]:
 
 
 def frame_size(frame: Any) -> int:
+    kind = type(frame)
+    if kind is zmq.Frame or kind is bytes:  # the hot cases; len(zmq.Frame) is its size in bytes
+        return len(frame)
     if isinstance(frame, bytes | bytearray):
         return len(frame)
     if isinstance(frame, np.ndarray):
