@@ -111,13 +111,19 @@ class SparkNetwork:
                                          loader=loader or FileDataSetLoader())
 
     def _classification(self) -> Any:
-        from psrv.nn.evaluation import Evaluation
+        """What ``Network.evaluate`` picks by default: regression metrics for an MSE output, else
+        classification (a single sigmoid output counts as two classes)."""
+        from psrv.nn.evaluation import Evaluation, RegressionEvaluation
 
+        loss = getattr(getattr(getattr(self.network, "output_layer", None), "loss", None), "name", None)
+        if loss == "mse":
+            return RegressionEvaluation()
         classes = classes_of(self.network)
         return Evaluation(num_classes=classes if classes is not None else 2)
 
     def evaluate(self, data: Any, batch_size: int | None = None) -> Any:
-        """Classification metrics (accuracy, precision, recall, F1, confusion matrix)."""
+        """Classification metrics (accuracy, precision, recall, F1, confusion matrix); regression
+        metrics for a network with an MSE output, as ``Network.evaluate`` does locally."""
         return self.do_evaluation(data, batch_size, [self._classification()])[0]
 
     def evaluate_paths(self, paths_rdd: RDD, loader: Any | None = None, batch_size: int | None = None) -> Any:

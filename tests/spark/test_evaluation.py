@@ -83,6 +83,9 @@ def test_regression_equals_local(spark_context) -> None:
     assert remote.to_json() != RegressionEvaluation().to_json()
     for column in range(2):
         assert remote.mean_squared_error(column) == pytest.approx(local.mean_squared_error(column), rel=1e-9)
+    default = SparkNetwork(spark_context, net).evaluate(rdd)  # an MSE output gets regression metrics
+    assert isinstance(default, RegressionEvaluation)
+    assert default.mean_squared_error(0) == pytest.approx(local.mean_squared_error(0), rel=1e-9)
 
 
 class PrefixedLoader:
