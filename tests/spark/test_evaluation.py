@@ -8,7 +8,7 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
 from psrv.spark import SparkNetwork
-from psrv.spark.errors import EvaluationFileError, SparkConfigError
+from psrv.spark.errors import EvaluationFileError, SparkConfigError, SparkInputError
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
 
@@ -167,3 +167,17 @@ def test_torch_network_evaluated_and_run_on_spark(spark_context, digits) -> None
     result = dict(spark_net.feed_forward_with_key(pairs, batch_size=16).collect())
     np.testing.assert_allclose(np.stack([result[i] for i in range(40)]), net.output(test.features[:40]),
                                atol=1e-6)
+
+
+def test_dataframe_with_ml_vectors_evaluates_like_local(spark, spark_context, trained, digits) -> None:
+    from pyspark.ml.linalg import Vectors
+
+    _, test = digits
+    labels = test.label_indices()
+    rows = [(Vectors.dense(test.features[i].tolist()), int(labels[i])) for i in range(test.num_examples)]
+    frame = spark.createDataFrame(rows, ["pixels", "digit"])
+    spark_net = SparkNetwork(spark, trained, features_col="pixels", label_col="digit")
+    remote = spark_net.evaluate(frame)
+    assert np.array_equal(remote.confusion_matrix(), trained.evaluate(test).confusion_matrix())
+    with pytest.raises(SparkInputError, match="lacks column"):
+        SparkNetwork(spark, trained).evaluate(frame)
