@@ -39,6 +39,23 @@ def split_address(address: str) -> tuple[str, int | None]:
     return host, port
 
 
+def _as_ip(host: str) -> str:
+    """Sockets bind IP addresses: a host name (as spark.driver.host may be) is resolved."""
+    import ipaddress
+    import socket
+
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise SparkConfigError(f"cannot resolve the driver host {host!r} to an address: {exc}; set "
+                               "VoidConfiguration.controller_address or network_mask") from None
+
+
 @dataclass
 class VoidConfiguration:
     """Settings of the gradient-sharing transport as a Spark user sees them.
@@ -99,12 +116,12 @@ class VoidConfiguration:
     def controller_host(self, spark_driver_host: str | None) -> str:
         """The host the driver binds its controller to (see the class docstring for the order)."""
         if self.controller_address is not None:
-            return split_address(self.controller_address)[0]
+            return _as_ip(split_address(self.controller_address)[0])
         if self.network_mask is not None:
             from psrv.transport.netmask import choose_address
 
             return choose_address(self.network_mask)
-        return spark_driver_host or "127.0.0.1"
+        return _as_ip(spark_driver_host or "127.0.0.1")
 
     def advertised_address(self, bound_address: str) -> str:
         """What workers dial: ``controller_address`` when it names a port, else where the controller bound."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -92,10 +93,31 @@ def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
         os._exit(17)
 
 
+def route_source_address(address: str) -> str | None:
+    """The local IP this host would use to reach ``address`` ("host:port"), or None.
+
+    A UDP socket's connect() sends nothing; it only asks the routing table which interface
+    leads there — the address the controller can reach this node back at.
+    """
+    from psrv.spark.config import split_address
+
+    try:
+        host, port = split_address(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port or 9))
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
+        return None
+
+
 def _start_node(setup: WorkerSetup, network: Any, part: int) -> Any:
     from psrv.transport import Node, TransportError
 
     config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
+    if setup.network_mask is None and not os.environ.get("PSRV_IP", "").strip():
+        # no mask given: bind the interface that routes to the controller (not loopback on a cluster)
+        config = config.replace(host=route_source_address(setup.controller_address))
     node = Node(config, network.params, setup.controller_address, want_updater_state=True)
     try:
         node.start()

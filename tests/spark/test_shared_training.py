@@ -12,7 +12,7 @@ from psrv.nn.data import DataSet
 from psrv.spark import SparkNetwork
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
-from psrv.spark.shared_training import SharedTrainingMaster
+from psrv.spark.shared_training import SharedTrainingMaster, route_source_address
 from psrv.spark.stats_report import export_stats_html
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
@@ -151,7 +151,9 @@ def test_configuration_errors_are_clear() -> None:
     conf = VoidConfiguration(controller_address="10.1.2.3:5000", unicast_port=0)
     assert conf.controller_host("driver") == "10.1.2.3"
     assert conf.advertised_address("10.1.2.3:41234") == "10.1.2.3:5000"
-    assert VoidConfiguration().controller_host("driver-host") == "driver-host"
+    assert VoidConfiguration().controller_host("localhost") == "127.0.0.1"  # names are resolved
+    assert VoidConfiguration().controller_host("127.0.0.1") == "127.0.0.1"
+    assert route_source_address("127.0.0.1:40123") == "127.0.0.1"
     with pytest.raises(SparkConfigError, match="rdd_training_approach"):
         SharedTrainingMaster(VoidConfiguration(), rdd_training_approach="teleport")
 
