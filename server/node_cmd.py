@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 except TransportError:
                     break
                 sent += 1
+                node.counters_.gauges["synthetic_sent"] = sent  # reported with the heartbeats
                 next_at = max(next_at + interval, now - 1.0)
             else:
                 stop.wait(min(0.05, max(0.0, next_at - now)) if sent < args.updates else 0.05)

@@ -155,6 +155,33 @@ def _check_payload(message: Message) -> None:
             raise FrameRejectedError(
                 "bad_field", f"update origin/seq must be >= 1, got {message['origin']}/{message['seq']}"
             )
+    elif message.op is Op.UPDATES:
+        rows = message["updates"]
+        if len(rows) != len(message.buffers):
+            raise FrameRejectedError(
+                "bad_buffers", f"updates: {len(rows)} rows but {len(message.buffers)} buffers"
+            )
+        for row, buffer in zip(rows, message.buffers, strict=True):
+            if not (
+                isinstance(row, list | tuple)
+                and len(row) == 6
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in row[:4])
+                and isinstance(row[4], int | float)
+                and isinstance(row[5], str)
+            ):
+                raise FrameRejectedError(
+                    "bad_field",
+                    f"updates: a row must be [origin, seq, iteration, epoch, tau, encoding], got {row!r:.80}",
+                )
+            if row[0] < 1 or row[1] < 1:
+                raise FrameRejectedError(
+                    "bad_field", f"update origin/seq must be >= 1, got {row[0]}/{row[1]}"
+                )
+            size = frame_size(buffer)
+            if size == 0 or size % 4:
+                raise FrameRejectedError(
+                    "bad_payload", f"update payload must be a non-empty int32 array, got {size} bytes"
+                )
     elif message.op is Op.PARAMS_REPLY:
         expected = [_nbytes(message["dtype"], message["size"])]
         if message["updater_dtype"] is not None:

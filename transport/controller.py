@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from psrv.transport.codec import update_payload
+from psrv.transport.batch import batch_message, groups, unbatch
+from psrv.transport.codec import as_buffer
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.endpoint import ApplyHook, Endpoint
@@ -55,11 +56,6 @@ def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, Paylo
         raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
     payload = np.ascontiguousarray(payload)
     return payload, header_info(payload, size, what)
-
-
-def validate_update(message: Message, size: int) -> np.ndarray:
-    """The int32 payload of a received UPDATE, validated (see check_payload)."""
-    return check_payload(update_payload(message), size, f"update {message['origin']}/{message['seq']}")[0]
 
 
 class Controller(Endpoint):
@@ -164,23 +160,47 @@ class Controller(Endpoint):
 
     def on_update(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
-        payload = validate_update(msg, self.params.size)
-        self.counters_.add("updates_received")
-        if not self.seen.first_time(msg["origin"], msg["seq"]):
-            self.counters_.add("duplicates_dropped")
-            return
-        relay = Message(Op.UPDATE, msg.fields, msg.buffers, src=CONTROLLER_ID)
-        for target in self.mesh.relay_targets(CONTROLLER_ID, came_from=msg.src):
+        relay: list[tuple[dict, Any]] = []
+        accepted: list[tuple[dict, np.ndarray]] = []
+        for fields, buffer in unbatch(msg):
+            try:
+                payload = check_payload(
+                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
+                    self.params.size,
+                    f"update {fields['origin']}/{fields['seq']}",
+                )[0]
+            except FrameRejectedError as exc:
+                self._reject(exc.reason, exc.detail)
+                continue
+            self.counters_.add("updates_received")
+            if not self.seen.first_time(fields["origin"], fields["seq"]):
+                self.counters_.add("duplicates_dropped")
+                continue
+            relay.append((fields, buffer))
+            accepted.append((fields, payload))
+        if relay:
+            self._relay(relay, came_from=msg.src)
+        for fields, payload in accepted:
+            try:
+                self._apply_update(payload, fields)
+            except FrameRejectedError as exc:
+                self._reject(exc.reason, exc.detail)
+                continue
+            self.counters_.applied(fields["origin"])
+
+    on_updates = on_update  # a batch is handled row by row, exactly like single updates
+
+    def _relay(self, items: list[tuple[dict, Any]], came_from: int) -> None:
+        for target in self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from):
             peer = self._peers.get(target)
-            if peer is not None and self._post(peer, relay, droppable=True):
-                self.counters_.add("updates_relayed")
-            else:
-                self.counters_.add("updates_dropped_backpressure")
-                self._limited.warning(
-                    f"drop:{target}", "controller: send queue of node %d full, update dropped", target
-                )
-        self._apply_update(payload, msg.fields)
-        self.counters_.applied(msg["origin"])
+            for group in groups(items):
+                if peer is not None and self._post(peer, batch_message(group, CONTROLLER_ID), droppable=True):
+                    self.counters_.add("updates_relayed", len(group))
+                else:
+                    self.counters_.add("updates_dropped_backpressure", len(group))
+                    self._limited.warning(
+                        f"drop:{target}", "controller: send queue of node %d full, update dropped", target
+                    )
 
     def on_params_request(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)

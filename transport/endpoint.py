@@ -281,11 +281,12 @@ class Endpoint:
     def _drain_commands(self) -> None:
         if self._commands.empty():
             return
+        batch: list[tuple] = []
         for _ in range(self.config.submit_queue_messages):
             try:
                 item = self._commands.get_nowait()
             except queue.Empty:
-                return
+                break
             if item[0] == "call":
                 _, fn, future = item
                 try:
@@ -293,10 +294,12 @@ class Endpoint:
                 except Exception as exc:
                     future.set_exception(exc)
             else:
-                self._on_command(item)
+                batch.append(item)
+        if batch:
+            self._on_commands(batch)
 
-    def _on_command(self, item: tuple) -> None:
-        raise NotImplementedError(item[0])
+    def _on_commands(self, items: list[tuple]) -> None:
+        raise NotImplementedError(items[0][0])
 
     def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = 512) -> None:
         for _ in range(budget):

@@ -23,6 +23,7 @@ class Op(StrEnum):
     JOIN_REPLY = "join_reply"  # controller -> node: id, mesh, restart flag, heartbeat
     MESH = "mesh"  # controller -> every live node: the new mesh version
     UPDATE = "update"  # any -> neighbours: one encoded update (payload: int32 message)
+    UPDATES = "updates"  # any -> neighbours: several updates, a header row and a payload each
     PARAMS_REQUEST = "params_request"  # node -> controller: send me the master copy
     PARAMS_REPLY = "params_reply"  # controller -> node: params (+ updater state) + seen sequences
     CHUNK = "chunk"  # one piece of a large message (its inner header rides along)
@@ -61,6 +62,7 @@ CATALOGUE: dict[Op, Schema] = {
     Op.UPDATE: Schema(
         {"origin": INT, "seq": INT, "iteration": INT, "epoch": INT, "tau": NUM, "encoding": STR}, 1, 1
     ),
+    Op.UPDATES: Schema({"updates": LIST}, 2, 256),
     Op.PARAMS_REQUEST: Schema({"request_id": INT, "want_updater": BOOL}),
     Op.PARAMS_REPLY: Schema(
         {

@@ -28,8 +28,10 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+from psrv.transport.batch import batch_message, groups, unbatch
+from psrv.transport.codec import as_buffer
 from psrv.transport.config import TransportConfig
-from psrv.transport.controller import check_payload, validate_update
+from psrv.transport.controller import check_payload
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
 from psrv.transport.errors import (
@@ -215,18 +217,24 @@ class Node(Endpoint):
             self._backlog.clear()
 
     # ------------------------------------------------------------------ commands
-    def _on_command(self, item: tuple) -> None:
-        kind, origin, seq, payload, fields, holds_slot = item
-        if origin != self.node_id or self.mesh is None:
-            if holds_slot:
-                self._slots.release()
-            return  # submitted before a rejoin: the re-sync replaced the params it was applied to
-        self.seen.first_time(origin, seq)
-        message = Message(Op.UPDATE, {"origin": origin, "seq": seq, **fields}, [payload], src=self.node_id)
+    def _on_commands(self, items: list[tuple]) -> None:
+        """Send own updates, batched when several queued up (see batch.py)."""
+        ready: list[tuple[dict, np.ndarray, bool]] = []
+        for _kind, origin, seq, payload, fields, holds_slot in items:
+            if origin != self.node_id or self.mesh is None:
+                if holds_slot:
+                    self._slots.release()
+                continue  # submitted before a rejoin: the re-sync replaced the params it was applied to
+            self.seen.first_time(origin, seq)
+            ready.append(({"origin": origin, "seq": seq, **fields}, payload, holds_slot))
+        if not ready:
+            return
         targets = self.mesh.relay_targets(self.node_id, came_from=None)
-        token = SentToken(len(targets), self._slots) if holds_slot else None
-        self._relay(message, came_from=None, token=token)
-        self.counters_.add("updates_sent")
+        for group in groups(ready, size_of=lambda item: item[1].nbytes):
+            slots = sum(1 for _, _, holds in group if holds)
+            token = SentToken(len(targets), self._slots, slots) if slots else None
+            self._relay([(fields, payload) for fields, payload, _ in group], came_from=None, token=token)
+            self.counters_.add("updates_sent", len(group))
 
     # ------------------------------------------------------------------ timers
     def _tick(self) -> None:
@@ -278,6 +286,7 @@ class Node(Endpoint):
         stats: dict[str, Any] = {k: self.counters_[k] for k in _STATS_KEYS[:-1]}
         stats["rejected_total"] = self.counters_.rejected_total()
         stats["state"] = str(self.state)
+        stats.update(self.counters_.gauges)  # e.g. mesh_version, and whatever the embedding process reports
         if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
             with self.lock:
                 stats.update(params_checksum(self.params))
@@ -366,11 +375,9 @@ class Node(Endpoint):
         died): send them again from the replay ring; duplicates are dropped by every receiver."""
         with self.lock:
             again = [(s, p, f) for o, s, p, f in self._ring if o == self.node_id and acknowledged < s <= upto]
-        for seq, payload, fields in again:
-            message = Message(
-                Op.UPDATE, {"origin": self.node_id, "seq": seq, **fields}, [payload], src=self.node_id
-            )
-            self._relay(message, came_from=None)
+        items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
+        for group in groups(items):
+            self._relay(group, came_from=None)
         self.counters_.add("updates_resent", len(again))
         self.log.warning(
             "node %d: the controller lacks own updates %d..%d; resent %d from the ring",
@@ -384,23 +391,43 @@ class Node(Endpoint):
         if self.state is NodeState.JOINING:
             return
         self._from_controller(msg)
-        payload = validate_update(msg, self.params.size)
-        self.counters_.add("updates_received")
-        origin, seq = msg["origin"], msg["seq"]
-        if not self.seen.first_time(origin, seq):
-            self.counters_.add("duplicates_dropped")
+        fresh: list[tuple[dict, Any, np.ndarray]] = []
+        for fields, buffer in unbatch(msg):
+            try:
+                payload = check_payload(
+                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
+                    self.params.size,
+                    f"update {fields['origin']}/{fields['seq']}",
+                )[0]
+            except FrameRejectedError as exc:
+                self._reject(exc.reason, exc.detail)
+                continue
+            self.counters_.add("updates_received")
+            if not self.seen.first_time(fields["origin"], fields["seq"]):
+                self.counters_.add("duplicates_dropped")
+                continue
+            fresh.append((fields, buffer, payload))
+        if not fresh:
             return
-        self._relay(Message(Op.UPDATE, msg.fields, msg.buffers, src=self.node_id), came_from=msg.src)
+        self._relay([(f, b) for f, b, _ in fresh], came_from=msg.src)
         if self.state is NodeState.SYNCING:
-            if len(self._held) >= self.config.replay_ring_messages:  # bounded: a later re-sync covers it
-                self.counters_.add("updates_dropped_backpressure")
-                return
-            self._held.append((origin, seq, payload, msg.fields))
+            for fields, _, payload in fresh:
+                if len(self._held) >= self.config.replay_ring_messages:  # bounded: a later re-sync covers it
+                    self.counters_.add("updates_dropped_backpressure")
+                    continue
+                self._held.append((fields["origin"], fields["seq"], payload, fields))
             return
         with self.lock:
-            self._apply_update(payload, msg.fields)
-            self._remember(origin, seq, payload, msg.fields)
-        self.counters_.applied(origin)
+            for fields, _, payload in fresh:
+                try:
+                    self._apply_update(payload, fields)
+                except FrameRejectedError as exc:
+                    self._reject(exc.reason, exc.detail)
+                    continue
+                self._remember(fields["origin"], fields["seq"], payload, fields)
+                self.counters_.applied(fields["origin"])
+
+    on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
     def on_params_reply(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if (
@@ -491,7 +518,10 @@ class Node(Endpoint):
             self._ring_bytes -= p.nbytes
             self._ring_evicted[o] = max(self._ring_evicted.get(o, 0), s)
 
-    def _relay(self, message: Message, came_from: int | None, token: SentToken | None = None) -> None:
+    def _relay(
+        self, items: list[tuple[dict, Any]], came_from: int | None, token: SentToken | None = None
+    ) -> None:
+        """Send ``(fields, buffer)`` updates to every neighbour but ``came_from`` (None: our own)."""
         own = came_from is None
         for target in self.mesh.relay_targets(self.node_id, came_from=came_from):
             peer = self._ctrl if target == CONTROLLER_ID else self._peers.get(target)
@@ -499,14 +529,18 @@ class Node(Endpoint):
                 if token is not None:
                     token.sent()
                 continue
-            if self._post(peer, message, droppable=not own, token=token):
-                if not own:
-                    self.counters_.add("updates_relayed")
-            else:
-                self.counters_.add("updates_dropped_backpressure")
-                self._limited.warning(
-                    f"drop:{target}", "node %d: send queue to %d full, update dropped", self.node_id, target
-                )
+            for group in groups(items) if token is None else [items]:
+                if self._post(peer, batch_message(group, self.node_id), droppable=not own, token=token):
+                    if not own:
+                        self.counters_.add("updates_relayed", len(group))
+                else:
+                    self.counters_.add("updates_dropped_backpressure", len(group))
+                    self._limited.warning(
+                        f"drop:{target}",
+                        "node %d: send queue to %d full, update dropped",
+                        self.node_id,
+                        target,
+                    )
 
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
         wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}

@@ -30,18 +30,19 @@ import zmq
 
 
 class SentToken:
-    """Releases one submit slot once an own update has been handed to every target socket."""
+    """Releases the submit slots of own updates once they have been handed to every target socket."""
 
-    def __init__(self, targets: int, slots: threading.BoundedSemaphore) -> None:
+    def __init__(self, targets: int, slots: threading.BoundedSemaphore, count: int = 1) -> None:
         self.remaining = targets
         self.slots = slots
+        self.count = count  # submit slots this message holds (a batch holds one per update)
         if targets == 0:
-            slots.release()
+            slots.release(count)
 
     def sent(self) -> None:
         self.remaining -= 1
         if self.remaining == 0:
-            self.slots.release()
+            self.slots.release(self.count)
 
 
 @dataclass

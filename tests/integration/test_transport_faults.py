@@ -33,7 +33,7 @@ def converged(status: dict, names: set[str], done: dict[str, int]) -> bool:
         return False
     master = status["checksum"]["params_abs_sum"]
     return all(
-        nodes[name]["stats"].get("updates_sent") == done[name]
+        nodes[name]["stats"].get("synthetic_sent") == done[name]
         and abs(nodes[name]["stats"].get("params_abs_sum", -1) - master) < 1e-4
         for name in names
     )

@@ -29,12 +29,12 @@ def wait_until(predicate, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def messages(count: int, seed: int) -> list[np.ndarray]:
+def messages(count: int, seed: int, n: int = N) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    encoder = ResidualEncoder(N)
+    encoder = ResidualEncoder(n)
     out = []
     while len(out) < count:
-        m = encoder.encode_update((rng.standard_normal(N) * 2e-3).astype(np.float32))
+        m = encoder.encode_update((rng.standard_normal(n) * 2e-3).astype(np.float32))
         if m is not None:
             out.append(m)
     return out
@@ -50,23 +50,28 @@ def roles():
 
 @pytest.mark.timeout(60)
 def test_dropped_copies_are_repaired_by_a_resync(roles) -> None:
-    """A receiver too slow for tiny queues loses relayed copies; heartbeat watermarks make it re-sync."""
-    cfg = fast(peer_queue_messages=4)
-    ctrl = Controller(cfg, np.zeros(N, np.float32)).start()
+    """A receiver that stalls while 15 MB of updates arrive loses relayed copies (tiny queues); the
+    heartbeat watermarks make it re-sync, and it ends equal to the master copy."""
+    big = 200_000  # bitmap messages of 50 KB: more than the kernel's socket buffers hold
+    cfg = fast(peer_queue_messages=2)
+    ctrl = Controller(cfg, np.zeros(big, np.float32)).start()
     roles.append(ctrl)
-    slow_params = np.zeros(N, np.float32)
+    slow_params = np.zeros(big, np.float32)
+    stalled = threading.Event()
 
-    def slow_apply(payload, header):
-        time.sleep(0.003)
+    def stalling_apply(payload, header):
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(1.5)  # under the 1 s x missed-beats offline limit, over the time to overflow
         decode(payload, slow_params)
 
-    senders = [Node(cfg, np.zeros(N, np.float32), ctrl.address).start() for _ in range(2)]
-    slow = Node(cfg, slow_params, ctrl.address, apply=slow_apply).start()
+    senders = [Node(cfg, np.zeros(big, np.float32), ctrl.address).start() for _ in range(2)]
+    slow = Node(cfg, slow_params, ctrl.address, apply=stalling_apply).start()
     roles.extend([*senders, slow])
     for i, node in enumerate(senders):
-        for m in messages(150, seed=i):
+        for m in messages(150, seed=i, n=big):
             node.submit(m, apply_locally=True)
-    wait_until(lambda: ctrl.counters()["updates_applied"] == 300, 20, "the controller to apply all 300")
+    wait_until(lambda: ctrl.counters()["updates_applied"] == 300, 30, "the controller to apply all 300")
     assert ctrl.counters()["updates_dropped_backpressure"] > 0, "the tiny queues must have overflowed"
     for node in [*senders, slow]:
         wait_until(

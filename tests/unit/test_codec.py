@@ -33,6 +33,10 @@ def sample(op: Op) -> Message:
         ),
         Op.MESH: ({"mesh": {"nodes": [[0, -1, "x", [1]]]}, "version": 9}, []),
         Op.UPDATE: (UPDATE_FIELDS, [np.array([5, 1, 2, 3], dtype=np.int32)]),
+        Op.UPDATES: (
+            {"updates": [[3, 7, 11, 1, 1e-3, "sparse"], [4, 2, 0, 0, 0.5, "bitmap"]]},
+            [np.array([5, 1, 2, 3], dtype=np.int32), np.array([1, 2], dtype=np.int32)],
+        ),
         Op.PARAMS_REQUEST: ({"request_id": 1, "want_updater": False}, []),
         Op.PARAMS_REPLY: (
             {
@@ -143,6 +147,29 @@ def test_size_limits() -> None:
     with pytest.raises(FrameRejectedError) as info:
         decode_frames([header(), PAYLOAD * 100], max_message_bytes=1000)
     assert info.value.reason == "message_too_large"
+
+
+def test_a_batch_must_have_one_well_formed_row_per_buffer() -> None:
+    from psrv.transport.batch import MAX_BATCH, batch_message, groups, unbatch
+
+    message = sample(Op.UPDATES)
+    items = unbatch(decode_frames(as_bytes(encode_frames(message))))
+    assert [f["origin"] for f, _ in items] == [3, 4] and items[1][0]["encoding"] == "bitmap"
+    assert batch_message(items[:1], src=1).op is Op.UPDATE and batch_message(items, src=1).op is Op.UPDATES
+    assert [len(g) for g in groups([({}, b"1234")] * (MAX_BATCH + 3))] == [MAX_BATCH, 3]
+    for rows, reason in [
+        ([[3, 7, 11, 1, 1e-3, "sparse"]], "bad_buffers"),
+        ([[3, 7, 11, 1, 1e-3, "sparse"], [4, 2, 0, 0, 0.5]], "bad_field"),
+        ([[3, 7, 11, 1, 1e-3, "sparse"], [4, 0, 0, 0, 0.5, "x"]], "bad_field"),
+        ([[3, 7, 11, 1, 1e-3, "sparse"], [4, True, 0, 0, 0.5, "x"]], "bad_field"),
+    ]:
+        bad = Message(Op.UPDATES, {"updates": rows}, list(message.buffers), src=2)
+        with pytest.raises(FrameRejectedError) as info:
+            decode_frames(as_bytes(encode_frames(bad)))
+        assert info.value.reason == reason
+    odd = Message(Op.UPDATES, message.fields, [message.buffers[0], b"abc"], src=2)
+    with pytest.raises(FrameRejectedError, match="int32"):
+        decode_frames(as_bytes(encode_frames(odd)))
 
 
 def test_params_reply_buffer_must_match_its_header() -> None:

@@ -35,6 +35,7 @@ def test_roles_handle_what_they_should() -> None:
     assert controller_ops == {
         Op.JOIN,
         Op.UPDATE,
+        Op.UPDATES,
         Op.PARAMS_REQUEST,
         Op.HEARTBEAT,
         Op.LEAVE,
@@ -44,6 +45,7 @@ def test_roles_handle_what_they_should() -> None:
         Op.JOIN_REPLY,
         Op.MESH,
         Op.UPDATE,
+        Op.UPDATES,
         Op.PARAMS_REPLY,
         Op.HEARTBEAT,
         Op.EVICTED,
