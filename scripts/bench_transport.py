@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import statistics
 import subprocess
 import sys
@@ -67,7 +68,8 @@ def raw_header() -> bytes:
 
 
 def bench_config(**kw) -> TransportConfig:
-    return TransportConfig(heartbeat_s=1.0, missed_beats=10, **kw)
+    """Deep queues (no drop-and-resync in the measurement) and a patient heartbeat for a busy box."""
+    return TransportConfig(heartbeat_s=1.0, missed_beats=10, peer_queue_messages=20_000, **kw)
 
 
 # ----------------------------------------------------------------------------- receiver processes
@@ -156,8 +158,15 @@ class Child:
             raise RuntimeError(f"benchmark child {role_args} failed to start: {line!r}")
         self.address = line.split()[1]
 
-    def blocks(self, count: int) -> list[dict]:
-        return [json.loads(self.popen.stdout.readline()) for _ in range(count)]
+    def blocks(self, count: int, timeout_s: float = 120.0) -> list[dict]:
+        """The next ``count`` block reports; a receiver that never completes a block fails the run."""
+        out = []
+        for _ in range(count):
+            ready, _, _ = select.select([self.popen.stdout], [], [], timeout_s)
+            if not ready:
+                raise RuntimeError(f"no block report within {timeout_s} s (updates lost or a child hung)")
+            out.append(json.loads(self.popen.stdout.readline()))
+        return out
 
     def close(self) -> None:
         try:
