@@ -36,7 +36,14 @@ from psrv.spark.parameter_averaging import TRAINING_APPROACHES
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
 from psrv.spark.prefetch import PrefetchingIterator
-from psrv.spark.worker import EventLog, partition_id, training_network, worker_id
+from psrv.spark.worker import (
+    EventLog,
+    keep_residual,
+    partition_id,
+    take_residual,
+    training_network,
+    worker_id,
+)
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -62,6 +69,7 @@ class WorkerSetup:
     debug: bool
     collect_stats: bool
     fault_kill_after_steps: int | None = None  # test-only: kill the first attempt of partition 0
+    session_id: str = ""  # one training master: residuals carry over between its fits
     extra: dict = field(default_factory=dict)
 
 
@@ -203,6 +211,11 @@ def _partition_trainer(
             post_processor=post_processor_from_state(setup.post_processor_state),
             debug=setup.debug,
         )
+        carried = take_residual(setup.session_id)
+        if carried is not None and carried.shape == encoder.residual.shape:
+            encoder.residual[...] = carried
+            events.add("residual_carried", events.now(), events.now(),
+                       residual_abs_sum=float(np.abs(carried).sum()))
 
         def source() -> Iterator[Any]:
             yield first
@@ -256,6 +269,7 @@ def _partition_trainer(
                                       "updates_applied": int(counters.get("updates_applied", 0))})
         finally:
             node.stop()
+        keep_residual(setup.session_id, encoder.residual)
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
                            np.array(network.updater_state, copy=True),
                            encoder.threshold_algorithm.get_state(), events.events, counters)
@@ -315,6 +329,7 @@ class SharedTrainingMaster:
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
         self._fault_kill_after_steps: int | None = None  # test-only hook, see _maybe_kill
+        self._session_id = uuid.uuid4().hex
 
     def __repr__(self) -> str:
         return (f"SharedTrainingMaster(batch_size_per_worker={self.batch_size_per_worker}, "
@@ -385,6 +400,7 @@ class SharedTrainingMaster:
             debug=self.encoding_debug_mode,
             collect_stats=self.collect_training_stats,
             fault_kill_after_steps=self._fault_kill_after_steps,
+            session_id=self._session_id,
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()

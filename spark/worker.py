@@ -47,6 +47,27 @@ def training_network(payload: NetworkPayload) -> Any:
     return network
 
 
+# What a Python worker had not sent yet when its last task of a training master ended; the next
+# task of the same master in this process starts from it, so no update mass is dropped between
+# epochs (a task on another process starts from zero, as after a crash). Module-level, so that
+# closures shipped to executors refer to these functions by name (a lock cannot be pickled).
+_carried_residuals: dict[str, Any] = {}
+_residual_lock = threading.Lock()
+
+
+def take_residual(session_id: str) -> Any | None:
+    with _residual_lock:
+        return _carried_residuals.pop(session_id, None)
+
+
+def keep_residual(session_id: str, residual: Any) -> None:
+    import numpy as np
+
+    with _residual_lock:
+        _carried_residuals.clear()  # one training master per process at a time: bounded memory
+        _carried_residuals[session_id] = np.array(residual, copy=True)
+
+
 class EventLog:
     """Per-worker wall-clock events ({worker, partition, kind, start, end, ...}); off when disabled."""
 

@@ -100,3 +100,13 @@ def test_rebatch_splits_large_datasets() -> None:
 def test_rebatch_rejects_foreign_elements() -> None:
     with pytest.raises(SparkInputError, match="got int"):
         list(rebatch([1, 2], 2))
+
+
+def test_residual_carried_once_per_session() -> None:
+    from psrv.spark.worker import keep_residual, take_residual
+
+    keep_residual("a", np.ones(3, np.float32))
+    keep_residual("b", np.full(3, 2.0, np.float32))  # a new master replaces the old one's residual
+    assert take_residual("a") is None
+    np.testing.assert_array_equal(take_residual("b"), np.full(3, 2.0, np.float32))
+    assert take_residual("b") is None  # taken once
