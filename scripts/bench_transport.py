@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import select
+import queue
 import statistics
 import subprocess
 import sys
@@ -157,15 +157,23 @@ class Child:
             self.close()
             raise RuntimeError(f"benchmark child {role_args} failed to start: {line!r}")
         self.address = line.split()[1]
+        self.lines: queue.Queue[str] = queue.Queue()  # a thread reads: select() cannot see buffered lines
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.popen.stdout:
+            self.lines.put(line)
 
     def blocks(self, count: int, timeout_s: float = 120.0) -> list[dict]:
         """The next ``count`` block reports; a receiver that never completes a block fails the run."""
         out = []
         for _ in range(count):
-            ready, _, _ = select.select([self.popen.stdout], [], [], timeout_s)
-            if not ready:
-                raise RuntimeError(f"no block report within {timeout_s} s (updates lost or a child hung)")
-            out.append(json.loads(self.popen.stdout.readline()))
+            try:
+                out.append(json.loads(self.lines.get(timeout=timeout_s)))
+            except queue.Empty:
+                raise RuntimeError(
+                    f"no block report within {timeout_s} s (updates lost or a child hung)"
+                ) from None
         return out
 
     def close(self) -> None:

@@ -104,9 +104,8 @@ class Node(Endpoint):
         self._peers: dict[int, Peer] = {}
         self._watch: ControllerWatch | None = None
         self._beat = HeartbeatTimer(config.heartbeat_s)
-        self._ctrl_watermarks: deque[tuple[dict[int, int], int]] = deque(
-            maxlen=3
-        )  # (watermark, own seq then)
+        # per controller beat: (its watermarks, our own seq then, our watermarks then)
+        self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)
         self._last_resend = 0.0
         self._token = ""
         self._join_started = 0.0
@@ -351,19 +350,24 @@ class Node(Endpoint):
         if not self._from_controller(msg) or self.state is not NodeState.RUNNING:
             return
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
-        self._ctrl_watermarks.append((latest, self._seq))
+        mine = self.seen.watermark()
+        self._ctrl_watermarks.append((latest, self._seq, mine))
         if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
             return
-        old, own_seq_then = self._ctrl_watermarks[0]  # two beats ago: anything still missing is lost
+        # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
+        old, own_seq_then, mine_then = self._ctrl_watermarks[0]
         now = time.monotonic()
         quiet = self.config.heartbeat_s * self.config.missed_beats
         acknowledged = latest.get(self.node_id, 0)
-        stuck = acknowledged == old.get(self.node_id, 0)  # no progress in two beats: lost, not just slow
+        stuck = acknowledged == old.get(self.node_id, 0)
         if stuck and acknowledged < own_seq_then and now - self._last_resend > quiet:
             self._last_resend = now
             self._resend_own(acknowledged, own_seq_then)
-        mine = self.seen.watermark()
-        behind = [o for o, w in old.items() if o != self.node_id and mine.get(o, 0) < w]
+        behind = [
+            o
+            for o, w in old.items()
+            if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)
+        ]
         if behind and now - self._last_sync > quiet:
             self.log.warning(
                 "node %d is behind the controller for origins %s: re-syncing", self.node_id, behind[:8]
