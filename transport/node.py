@@ -106,6 +106,8 @@ class Node(Endpoint):
         self._beat = HeartbeatTimer(config.heartbeat_s)
         # per controller beat: (its watermarks, our own seq then, our watermarks then)
         self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)
+        self._acknowledged = 0  # the controller's watermark for our own updates, as last announced
+        self._ack_changed = threading.Condition()
         self._last_resend = 0.0
         self._token = ""
         self._join_started = 0.0
@@ -166,6 +168,45 @@ class Node(Endpoint):
         self._wake()
         return seq
 
+    def wait_acknowledged(self, timeout_s: float) -> bool:
+        """Wait until the controller holds every update this node has submitted.
+
+        True as soon as the controller's per-origin watermark, as announced to this node in its
+        heartbeats, covers this node's last sequence number (updates submitted meanwhile extend the
+        wait); False at the deadline (also when nothing was acknowledged because the node is
+        (re)joining). Raises the error that stopped the node (ControllerLostError when the
+        controller went silent or shut down), NotRunningError before start() or after stop().
+
+        Call it before ``stop()`` for a leave that loses nothing: ``stop()`` flushes queued frames
+        and says LEAVE, but an update a relay dropped on the way (a full queue, a dead relay) is
+        only re-sent while this node is still a member, after the controller's watermark for it
+        stood still for two beats. With True, leaving loses none of this node's updates; with
+        False the master copy may lack some. Expect up to one controller heartbeat of latency.
+        """
+        deadline = time.monotonic() + max(0.0, float(timeout_s))
+        with self._ack_changed:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if not self.running:
+                    raise NotRunningError("node is not running (call start() first)")
+                if self._all_acknowledged():
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._ack_changed.wait(min(remaining, 0.1))  # also re-checks for a stop or an error
+
+    def _all_acknowledged(self) -> bool:
+        return (
+            self.state is not NodeState.JOINING and not self._backlog and self._acknowledged >= self._seq
+        )
+
+    def _note_acknowledged(self, watermark: int) -> None:
+        with self._ack_changed:
+            self._acknowledged = watermark
+            self._ack_changed.notify_all()
+
     def counters(self) -> dict[str, Any]:
         snap = super().counters()
         snap["state"] = str(self.state)
@@ -214,6 +255,8 @@ class Node(Endpoint):
     def _on_failure(self, exc: BaseException) -> None:
         with self.lock:
             self._backlog.clear()
+        with self._ack_changed:
+            self._ack_changed.notify_all()  # a waiter in wait_acknowledged raises the error now
 
     # ------------------------------------------------------------------ commands
     def _on_commands(self, items: list[tuple]) -> None:
@@ -316,6 +359,7 @@ class Node(Endpoint):
         with self.lock:
             self.node_id = msg["node_id"]
             self._seq = 0
+        self._note_acknowledged(0)
         self.restart = msg["restart"]
         pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
         if pace != (self.config.heartbeat_s, self.config.missed_beats) and pace[0] > 0 and pace[1] > 0:
@@ -347,9 +391,12 @@ class Node(Endpoint):
         self._install_mesh(mesh)
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
-        if not self._from_controller(msg) or self.state is not NodeState.RUNNING:
+        if not self._from_controller(msg) or self.state is NodeState.JOINING:
             return
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._note_acknowledged(latest.get(self.node_id, 0))
+        if self.state is not NodeState.RUNNING:
+            return
         mine = self.seen.watermark()
         self._ctrl_watermarks.append((latest, self._seq, mine))
         if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:

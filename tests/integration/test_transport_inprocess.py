@@ -143,6 +143,41 @@ def test_node_surfaces_controller_lost_to_the_caller(roles) -> None:
         node.submit(messages(1, seed=2)[0])
 
 
+@pytest.mark.timeout(60)
+def test_wait_acknowledged_tracks_the_controllers_watermark(roles) -> None:
+    """True once the master copy holds every own update, False at the deadline while the
+    controller is busy, and the controller's loss surfaces as ControllerLostError (no hang)."""
+    busy = threading.Event()
+
+    def slow_apply(payload, header):  # the controller's I/O thread stalls: no beats, no watermark
+        if not busy.is_set():
+            busy.set()
+            time.sleep(0.8)  # well under the node's 3 s controller timeout
+
+    cfg = fast(missed_beats=15)
+    ctrl = Controller(cfg, np.zeros(N, np.float32), apply=slow_apply).start()
+    roles.append(ctrl)
+    node = Node(cfg, np.zeros(N, np.float32), ctrl.address).start()
+    roles.append(node)
+    assert node.wait_acknowledged(5.0), "nothing submitted yet: acknowledged at once"
+    for m in messages(10, seed=7):
+        node.submit(m, apply_locally=True)
+    started = time.monotonic()
+    assert not node.wait_acknowledged(0.3), "the controller is still applying the first update"
+    assert time.monotonic() - started < 1.0, "False at the deadline, not later"
+    assert node.wait_acknowledged(10.0)
+    assert ctrl.counters()["updates_applied"] == 10, "acknowledged means applied to the master copy"
+    ctrl.stop()
+    started = time.monotonic()
+    with pytest.raises(ControllerLostError):
+        for m in messages(1, seed=8):
+            node.submit(m, apply_locally=True)
+        node.wait_acknowledged(30.0)
+    assert time.monotonic() - started < 10.0
+    with pytest.raises(ControllerLostError):
+        node.wait_acknowledged(1.0)
+
+
 @pytest.mark.timeout(30)
 def test_join_errors_name_both_addresses_and_masks_are_checked() -> None:
     node = Node(fast(join_timeout_s=0.5), np.zeros(N, np.float32), "127.0.0.1:9")
