@@ -9,13 +9,15 @@ the driver with Spark's Hadoop file system: correct everywhere, but every byte p
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from psrv.nn._files import write_atomically
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
 from psrv.nn.errors import DataError
+from psrv.spark.batching import check_batch_size
 from psrv.spark.errors import ExportError, SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
@@ -26,17 +28,14 @@ DEFAULT_BATCH_SIZE = 32
 
 
 def _is_rdd(value: Any) -> bool:
-    try:
-        from pyspark import RDD
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return False
+    from pyspark import RDD
+
     return isinstance(value, RDD)
 
 
-def _check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise SparkConfigError(f"batch_size: expected a positive int, got {batch_size!r}")
-    return batch_size
+def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[Any]], Iterator[Any]]) -> Any:
+    """``convert`` applied per partition of an RDD (lazily), or to a local iterable (into a list)."""
+    return data.mapPartitions(convert) if _is_rdd(data) else list(convert(data))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -44,7 +43,7 @@ def _check_batch_size(batch_size: Any) -> int:
 # --------------------------------------------------------------------------------------------------
 def rebatch(items: Iterable[DataSet | MultiDataSet], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
     """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     pending: list[Any] = []
     count = 0
     for item in items:
@@ -101,16 +100,10 @@ def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = Non
     """Write one file: local paths atomically, other URIs through Spark's Hadoop file system."""
     if is_local_path(path):
         target = _local(path)
-        directory = os.path.dirname(os.path.abspath(target))
-        os.makedirs(directory, exist_ok=True)
-        temporary = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(target)}")
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
         try:
-            with open(temporary, "wb") as handle:
-                handle.write(blob)
-            os.replace(temporary, target)
+            write_atomically(target, blob)
         except OSError as exc:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
             raise ExportError(f"cannot write {path!r}: {exc}") from exc
         return
     if spark_context is None:
@@ -166,7 +159,7 @@ def batch_and_export(
     """
     directory = _absolute(path)
     via_driver = (not is_local_path(directory)) if through_driver is None else bool(through_driver)
-    exporter = _PartitionExporter(directory, _check_batch_size(batch_size), not via_driver)
+    exporter = _PartitionExporter(directory, check_batch_size(batch_size), not via_driver)
     produced = rdd.mapPartitionsWithIndex(exporter)
     if not via_driver:
         return sorted(p for p, _ in produced.collect())

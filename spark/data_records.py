@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet, MultiDataSet
+from psrv.spark.batching import check_batch_size
 from psrv.spark.data_files import (
     DEFAULT_BATCH_SIZE,
     Record,
-    _check_batch_size,
+    _convert_partitions,
     _is_rdd,
     _local,
     list_local_paths,
@@ -249,10 +250,8 @@ def records_to_datasets(
     Every other column is a feature (float32). Errors name the record (within its partition) and column.
     """
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
-    convert = _RecordsToDataSets(spec, _check_batch_size(batch_size))
-    if _is_rdd(records):
-        return records.mapPartitions(convert)
-    return list(convert(records))
+    convert = _RecordsToDataSets(spec, check_batch_size(batch_size))
+    return _convert_partitions(records, convert)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -453,7 +452,7 @@ def records_to_multidatasets(
     if unknown:
         raise SparkConfigError(f"MultiDataSetSpec uses source(s) {sorted(unknown)} not among {list(names)}")
     keys = _key_columns(names, key_columns)
-    convert = _JoinedToMultiDataSets(spec, _check_batch_size(batch_size))
+    convert = _JoinedToMultiDataSets(spec, check_batch_size(batch_size))
     joiner = _Joiner(names, drop_missing)
     values = list(sources.values())
     if all(_is_rdd(v) for v in values):

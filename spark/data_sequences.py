@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
-from psrv.spark.data_files import DEFAULT_BATCH_SIZE, Record, _check_batch_size, _is_rdd, list_local_paths
+from psrv.spark.batching import check_batch_size
+from psrv.spark.data_files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
 from psrv.spark.data_records import _LabelSpec, parse_csv_line
 from psrv.spark.errors import SparkInputError
 
@@ -117,7 +118,5 @@ def sequences_to_datasets(
     shorter sequences are zero-padded at the end and the masks ``(n, T)`` mark the real steps.
     """
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
-    convert = _SequencesToDataSets(spec, _check_batch_size(batch_size))
-    if _is_rdd(sequences):
-        return sequences.mapPartitions(convert)
-    return list(convert(sequences))
+    convert = _SequencesToDataSets(spec, check_batch_size(batch_size))
+    return _convert_partitions(sequences, convert)

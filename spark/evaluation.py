@@ -10,17 +10,17 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import numpy as np
+from psrv.nn._files import write_atomically
 from psrv.spark.batching import check_batch_size, rebatch
+from psrv.spark.data_files import _hadoop_fs, _local, is_local_path
 from psrv.spark.errors import EvaluationFileError, SparkInputError
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.worker import task_source
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -55,20 +55,14 @@ def _partition_evaluator(
     payload: Broadcast, templates: list[Any], batch_size: int, loader: Any | None, prefetch: int
 ) -> Callable[[Iterator[Any]], Iterator[list[Any]]]:
     def evaluate(items: Iterator[Any]) -> Iterator[list[Any]]:
-        items = iter(items)
-        first = next(items, None)
-        if first is None:
+        source = task_source(items, loader)
+        if source is None:
             return
         network = payload.value.cached_network()
-
-        def chained() -> Iterator[Any]:
-            yield first
-            yield from items
-
-        source: Iterable[Any] = chained()
-        if loader is not None:
-            source = PrefetchingIterator((loader.load(path) for path in source), prefetch)
-        yield _eval_batches(network, rebatch(source, batch_size), copy.deepcopy(templates))
+        # files are read ahead while the network evaluates; in-memory elements need no thread
+        with PrefetchingIterator(source, prefetch if loader is not None else 0) as batches:
+            evaluated = _eval_batches(network, rebatch(batches, batch_size), copy.deepcopy(templates))
+        yield evaluated
 
     return evaluate
 
@@ -249,31 +243,10 @@ def evaluations_from_json(text: str, source: str = "<text>") -> list[Any]:
     return result
 
 
-def _is_local(path: str) -> bool:
-    scheme = urlparse(path).scheme
-    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
-
-
-def _local(path: str) -> str:
-    return urlparse(path).path if path.startswith("file:") else path
-
-
-def _hadoop_fs(spark_context: SparkContext, path: str) -> tuple[Any, Any]:
-    jvm = spark_context._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path.getFileSystem(spark_context._jsc.hadoopConfiguration()), hadoop_path
-
-
 def write_text(path: str, text: str, spark_context: SparkContext | None = None) -> None:
     """Write ``text`` to a local path (atomically) or, with a SparkContext, to any Hadoop file system URI."""
-    if _is_local(path):
-        target = _local(path)
-        directory = os.path.dirname(os.path.abspath(target))
-        os.makedirs(directory, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=".psrv-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, target)
+    if is_local_path(path):
+        write_atomically(_local(path), text.encode("utf-8"), make_parents=True)
         return
     if spark_context is None:
         raise SparkInputError(f"{path!r} is not a local path: pass spark_context to write through Spark")
@@ -286,7 +259,7 @@ def write_text(path: str, text: str, spark_context: SparkContext | None = None) 
 
 
 def read_text(path: str, spark_context: SparkContext | None = None) -> str:
-    if _is_local(path):
+    if is_local_path(path):
         try:
             with open(_local(path), encoding="utf-8") as handle:
                 return handle.read()

@@ -13,15 +13,25 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from psrv.spark.batching import check_batch_size, rebatch
-from psrv.spark.errors import ExportError
+from psrv.spark.errors import ExportError, SparkConfigError
 
 if TYPE_CHECKING:
     from pyspark import RDD
 
 FILE_SUFFIX = ".psrvds"
+TRAINING_APPROACHES = ("export", "direct")
+
+
+def check_training_approach(approach: object) -> str:
+    if approach not in TRAINING_APPROACHES:
+        raise SparkConfigError(
+            f"rdd_training_approach: expected one of {TRAINING_APPROACHES}, got {approach!r}"
+        )
+    return str(approach)
 
 
 def new_export_directory(export_directory: str | None) -> str:
@@ -66,3 +76,13 @@ def export_minibatches(rdd: RDD, batch_size: int, directory: str) -> list[str]:
 def remove_export(directory: str) -> None:
     """Delete one export's directory (best effort: a missing directory is fine)."""
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def exported_minibatches(rdd: RDD, batch_size: int, export_directory: str | None) -> Iterator[list[str]]:
+    """The paths of ``rdd`` exported as minibatch files under a fresh directory, removed on exit."""
+    directory = new_export_directory(export_directory)
+    try:
+        yield export_minibatches(rdd, batch_size, directory)
+    finally:
+        remove_export(directory)

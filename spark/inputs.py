@@ -20,10 +20,8 @@ ROWS_PER_DATASET = 256
 
 
 def is_dataframe(data: Any) -> bool:
-    try:
-        from pyspark.sql import DataFrame
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return False
+    from pyspark.sql import DataFrame
+
     return isinstance(data, DataFrame)
 
 

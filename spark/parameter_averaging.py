@@ -16,21 +16,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
-from psrv.spark.batching import as_dataset, check_batch_size, rebatch
-from psrv.spark.errors import SparkConfigError, SparkInputError
-from psrv.spark.export import export_minibatches, new_export_directory, remove_export
+from psrv.spark.batching import check_batch_size, rebatch
+from psrv.spark.errors import SparkInputError
+from psrv.spark.export import check_training_approach, exported_minibatches
 from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
-from psrv.spark.prefetch import PrefetchingIterator
-from psrv.spark.worker import EventLog, partition_id, training_network, worker_id
+from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
+from psrv.spark.worker import (
+    EventLog,
+    driver_event,
+    partition_id,
+    task_source,
+    timed_batches,
+    training_network,
+    worker_id,
+)
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
 
 log = logging.getLogger(__name__)
-
-TRAINING_APPROACHES = ("export", "direct")
-
 
 class RoundResult:
     """Sums over the workers of one round (so that tree aggregation is a plain add)."""
@@ -70,30 +75,16 @@ def _round_trainer(
     payload: Broadcast, loader: Any | None, prefetch: int, collect_stats: bool, round_number: int
 ) -> Callable[[Iterator[Any]], Iterator[RoundResult]]:
     def train(items: Iterator[Any]) -> Iterator[RoundResult]:
-        items = iter(items)
-        first = next(items, None)
-        if first is None:
+        batches = task_source(items, loader)
+        if batches is None:
             return  # an empty share: this worker sits the round out, the average skips it
         events = EventLog(collect_stats, worker=worker_id(), partition=partition_id(), round=round_number)
         started = events.now()
         network = training_network(payload.value)
         events.add("setup", started, events.now())
-
-        def source() -> Iterator[Any]:
-            yield first
-            yield from items
-
-        batches = (loader.load(path) for path in source()) if loader is not None else source()
         steps, loss_sum, examples = 0, 0.0, 0
         with PrefetchingIterator(batches, prefetch) as prefetched:
-            while True:
-                wait_start = events.now()
-                batch = next(prefetched, None)
-                if batch is None:
-                    break
-                batch = as_dataset(batch)
-                step_start = events.now()
-                events.add("wait", wait_start, step_start)
+            for batch, step_start in timed_batches(prefetched, events):
                 update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
                 network.apply_update(update)
                 events.add("fit", step_start, events.now(), loss=float(loss), examples=batch.num_examples,
@@ -138,16 +129,8 @@ class ParameterAveragingTrainingMaster:
         self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
         self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")
         self.save_updater = bool(save_updater)
-        if not isinstance(worker_prefetch_num_batches, int) or worker_prefetch_num_batches < 0:
-            raise SparkConfigError(
-                f"worker_prefetch_num_batches: expected an int >= 0, got {worker_prefetch_num_batches!r}"
-            )
-        self.worker_prefetch_num_batches = worker_prefetch_num_batches
-        if rdd_training_approach not in TRAINING_APPROACHES:
-            raise SparkConfigError(
-                f"rdd_training_approach: expected one of {TRAINING_APPROACHES}, got {rdd_training_approach!r}"
-            )
-        self.rdd_training_approach = rdd_training_approach
+        self.worker_prefetch_num_batches = check_prefetch_num_batches(worker_prefetch_num_batches)
+        self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
         self.repartition = parse_repartition(repartition)
         self.repartition_strategy = parse_strategy(repartition_strategy)
@@ -172,13 +155,9 @@ class ParameterAveragingTrainingMaster:
         data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
         if self.rdd_training_approach == "export":
             started = time.time()
-            directory = new_export_directory(self.export_directory)
-            try:
-                paths = export_minibatches(data, self.batch_size_per_worker, directory)
+            with exported_minibatches(data, self.batch_size_per_worker, self.export_directory) as paths:
                 self._driver_event("export", started, time.time(), minibatches=len(paths))
                 self._train_paths(spark_context, network, paths, FileDataSetLoader())
-            finally:
-                remove_export(directory)
         else:
             self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1
@@ -284,5 +263,4 @@ class ParameterAveragingTrainingMaster:
 
     def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
         if self.collect_training_stats:
-            self.training_stats.append({"worker": "driver", "partition": -1, "kind": kind, "start": start,
-                                        "end": end, **fields})
+            self.training_stats.append(driver_event(kind, start, end, **fields))

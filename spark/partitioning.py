@@ -7,7 +7,7 @@ differ by at most one element; Spark's own ``repartition`` only balances in expe
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from psrv.spark.errors import SparkConfigError
 
@@ -26,20 +26,20 @@ class RepartitionStrategy(StrEnum):
     SPARK_DEFAULT = "spark_default"
 
 
-def parse_repartition(value: Repartition | str) -> Repartition:
+def _parse_choice(choices: type[StrEnum], value: object, what: str) -> Any:
     try:
-        return Repartition(str(value).lower())
+        return choices(str(value).lower())
     except ValueError:
-        choices = ", ".join(r.value for r in Repartition)
-        raise SparkConfigError(f"repartition: expected one of {choices}, got {value!r}") from None
+        names = ", ".join(c.value for c in choices)
+        raise SparkConfigError(f"{what}: expected one of {names}, got {value!r}") from None
+
+
+def parse_repartition(value: Repartition | str) -> Repartition:
+    return _parse_choice(Repartition, value, "repartition")
 
 
 def parse_strategy(value: RepartitionStrategy | str) -> RepartitionStrategy:
-    try:
-        return RepartitionStrategy(str(value).lower())
-    except ValueError:
-        choices = ", ".join(s.value for s in RepartitionStrategy)
-        raise SparkConfigError(f"repartition_strategy: expected one of {choices}, got {value!r}") from None
+    return _parse_choice(RepartitionStrategy, value, "repartition_strategy")
 
 
 def needs_repartition(repartition: Repartition | str, current_partitions: int, num_workers: int) -> bool:

@@ -23,6 +23,12 @@ DEFAULT_TIMEOUT_S = 300.0
 _POLL_S = 0.1
 
 
+def check_prefetch_num_batches(num_batches: object) -> int:
+    if not isinstance(num_batches, int) or num_batches < 0:
+        raise SparkConfigError(f"worker_prefetch_num_batches: expected an int >= 0, got {num_batches!r}")
+    return num_batches
+
+
 class _Failure:
     __slots__ = ("error",)
 
@@ -46,8 +52,7 @@ class PrefetchingIterator(Generic[T]):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(num_batches, int) or num_batches < 0:
-            raise SparkConfigError(f"worker_prefetch_num_batches: expected an int >= 0, got {num_batches!r}")
+        check_prefetch_num_batches(num_batches)
         if timeout_s <= 0:
             raise SparkConfigError(f"prefetch timeout_s: expected > 0, got {timeout_s!r}")
         self._source = iter(source)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
-from psrv.spark.batching import as_dataset, check_batch_size, rebatch
+from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.errors import (
     ControllerUnreachableError,
@@ -31,16 +31,18 @@ from psrv.spark.errors import (
     SparkInputError,
     TrainingJobError,
 )
-from psrv.spark.export import export_minibatches, new_export_directory, remove_export
-from psrv.spark.parameter_averaging import TRAINING_APPROACHES
+from psrv.spark.export import check_training_approach, exported_minibatches
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
-from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
 from psrv.spark.worker import (
     EventLog,
+    driver_event,
     keep_residual,
     partition_id,
     take_residual,
+    task_source,
+    timed_batches,
     training_network,
     worker_id,
 )
@@ -185,9 +187,8 @@ def _partition_trainer(
         from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
         from pyspark import TaskContext
 
-        items = iter(items)
-        first = next(items, None)
-        if first is None:
+        batches = task_source(items, loader)
+        if batches is None:
             return  # nothing to train on: this task never joins
         setup: WorkerSetup = setup_broadcast.value
         part = partition_id()
@@ -217,23 +218,11 @@ def _partition_trainer(
             events.add("residual_carried", events.now(), events.now(),
                        residual_abs_sum=float(np.abs(carried).sum()))
 
-        def source() -> Iterator[Any]:
-            yield first
-            yield from items
-
-        batches = (loader.load(path) for path in source()) if loader is not None else source()
         steps = examples = messages = bytes_sent = 0
         loss_sum = 0.0
         try:
             with PrefetchingIterator(batches, setup.prefetch) as prefetched:
-                while True:
-                    wait_start = events.now()
-                    batch = next(prefetched, None)
-                    if batch is None:
-                        break
-                    batch = as_dataset(batch)
-                    step_start = events.now()
-                    events.add("wait", wait_start, step_start)
+                for batch, step_start in timed_batches(prefetched, events):
                     update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
                     encode_start = events.now()
                     message = encoder.encode_update(update)
@@ -311,16 +300,8 @@ class SharedTrainingMaster:
                             ("residual_post_processor", self.residual_post_processor)):
             if not hasattr(value, "get_state"):
                 raise SparkConfigError(f"{name}: expected a psrv.encoding strategy object, got {value!r}")
-        if not isinstance(worker_prefetch_num_batches, int) or worker_prefetch_num_batches < 0:
-            raise SparkConfigError(
-                f"worker_prefetch_num_batches: expected an int >= 0, got {worker_prefetch_num_batches!r}"
-            )
-        self.worker_prefetch_num_batches = worker_prefetch_num_batches
-        if rdd_training_approach not in TRAINING_APPROACHES:
-            raise SparkConfigError(
-                f"rdd_training_approach: expected one of {TRAINING_APPROACHES}, got {rdd_training_approach!r}"
-            )
-        self.rdd_training_approach = rdd_training_approach
+        self.worker_prefetch_num_batches = check_prefetch_num_batches(worker_prefetch_num_batches)
+        self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
         self.repartition = parse_repartition(repartition)
         self.encoding_debug_mode = bool(encoding_debug_mode)
@@ -344,9 +325,7 @@ class SharedTrainingMaster:
         data = repartition_rdd(rdd, workers, self.repartition, "balanced")
         if self.rdd_training_approach == "export":
             started = time.time()
-            directory = new_export_directory(self.export_directory)
-            try:
-                paths = export_minibatches(data, self.batch_size_per_worker, directory)
+            with exported_minibatches(data, self.batch_size_per_worker, self.export_directory) as paths:
                 self._driver_event("export", started, time.time(), minibatches=len(paths))
                 if not paths:
                     raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
@@ -354,8 +333,6 @@ class SharedTrainingMaster:
                 order = rng.permutation(len(paths))
                 paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
                 self._run(spark_context, network, paths_rdd, FileDataSetLoader())
-            finally:
-                remove_export(directory)
         else:
             batch_size = self.batch_size_per_worker
             minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size))
@@ -501,8 +478,7 @@ class SharedTrainingMaster:
 
     def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
         if self.collect_training_stats:
-            self.training_stats.append({"worker": "driver", "partition": -1, "kind": kind, "start": start,
-                                        "end": end, **fields})
+            self.training_stats.append(driver_event(kind, start, end, **fields))
 
 
 def _first_line(error: BaseException) -> str:

@@ -7,8 +7,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
+from psrv.spark.batching import as_dataset
 from psrv.spark.payload import NetworkPayload
 
 _training_networks: dict[str, Any] = {}
@@ -82,3 +85,33 @@ class EventLog:
 
     def now(self) -> float:
         return time.time()
+
+
+def task_source(items: Iterable[Any], loader: Any | None) -> Iterator[Any] | None:
+    """A partition's minibatches (``loader.load(path)`` for each path when a loader is given), or
+    None when the partition is empty (such a task does no setup at all)."""
+    items = iter(items)
+    first = next(items, None)
+    if first is None:
+        return None
+    source = chain((first,), items)
+    return (loader.load(path) for path in source) if loader is not None else source
+
+
+def timed_batches(batches: Iterable[Any], events: EventLog) -> Iterator[tuple[Any, float]]:
+    """Each minibatch as a DataSet with the time its step starts; the wait for it is a "wait" event."""
+    iterator = iter(batches)
+    while True:
+        wait_start = events.now()
+        batch = next(iterator, None)
+        if batch is None:
+            return
+        batch = as_dataset(batch)
+        step_start = events.now()
+        events.add("wait", wait_start, step_start)
+        yield batch, step_start
+
+
+def driver_event(kind: str, start: float, end: float, **fields: Any) -> dict[str, Any]:
+    """A training-stats event of the driver (its own row in the timeline)."""
+    return {"worker": "driver", "partition": -1, "kind": kind, "start": start, "end": end, **fields}

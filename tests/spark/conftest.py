@@ -116,12 +116,13 @@ def spark() -> Iterator:
 
 @pytest.fixture(autouse=True)
 def _ship_test_module_by_value(request) -> None:
-    """Executors cannot import test modules by name, so functions defined in them travel by value."""
+    """Executors cannot import test modules (nor this conftest) by name, so what they define travels by
+    value."""
     from pyspark import cloudpickle
 
-    module = getattr(request, "module", None)
-    if module is not None and module.__name__ in sys.modules and not module.__name__.startswith("psrv"):
-        cloudpickle.register_pickle_by_value(module)
+    for module in (getattr(request, "module", None), sys.modules.get(__name__)):
+        if module is not None and module.__name__ in sys.modules and not module.__name__.startswith("psrv"):
+            cloudpickle.register_pickle_by_value(module)
 
 
 @pytest.fixture(scope="session")
@@ -142,3 +143,33 @@ def digits():
     full = DataSet.from_class_indices(features, data.target.astype(np.int64), 10)
     return full.split(0.75, seed=7)
 
+
+
+class NpzLoader:
+    """A user's own minibatch format (numpy .npz files), read by a loader psrv does not know."""
+
+    def load(self, path: str):
+        import numpy as np
+        from psrv.nn.data import DataSet
+
+        with np.load(path) as archive:
+            return DataSet(archive["x"], archive["y"])
+
+
+@pytest.fixture
+def npz_batch_paths(digits, tmp_path) -> list[str]:
+    """The digits training set as .npz files of 16 examples each (for fit_paths with NpzLoader)."""
+    import numpy as np
+
+    train, _ = digits
+    paths = []
+    for i, batch in enumerate(train.batches(16)):
+        path = str(tmp_path / f"b{i:04d}.npz")
+        np.savez(path, x=batch.features, y=batch.labels)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+def npz_loader() -> NpzLoader:
+    return NpzLoader()

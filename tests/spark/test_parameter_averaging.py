@@ -66,24 +66,14 @@ def test_direct_approach_with_dataframe(spark, spark_context, digits) -> None:
     assert net.evaluate(test).accuracy() >= 0.90
 
 
-class NpzLoader:
-    def load(self, path: str) -> DataSet:
-        with np.load(path) as archive:
-            return DataSet(archive["x"], archive["y"])
-
-
-def test_fit_paths_with_custom_loader(spark_context, digits, tmp_path) -> None:
-    train, test = digits
-    paths = []
-    for i, batch in enumerate(train.batches(16)):
-        path = str(tmp_path / f"b{i:04d}.npz")
-        np.savez(path, x=batch.features, y=batch.labels)
-        paths.append(path)
+def test_fit_paths_with_custom_loader(spark_context, digits, npz_batch_paths, npz_loader) -> None:
+    _, test = digits
+    paths = npz_batch_paths
     net = _network(seed=13)
     master = ParameterAveragingTrainingMaster(averaging_frequency=5, save_updater=False)
     spark_net = SparkNetwork(spark_context, net, master)
     for _ in range(2):
-        spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=NpzLoader())
+        spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=npz_loader)
     assert net.evaluate(test).accuracy() >= 0.85
     assert not net.updater_state.any()  # save_updater=False: the driver's updater state is not averaged in
 

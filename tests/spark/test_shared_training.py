@@ -100,23 +100,13 @@ def test_unreachable_controller_fails_fast_with_clear_error(spark_context, digit
     assert time.monotonic() - started < 60
 
 
-class NpzLoader:
-    def load(self, path: str) -> DataSet:
-        with np.load(path) as archive:
-            return DataSet(archive["x"], archive["y"])
-
-
-def test_fit_paths_with_custom_loader(spark_context, digits, tmp_path) -> None:
+def test_fit_paths_with_custom_loader(spark_context, digits, npz_batch_paths, npz_loader) -> None:
     train, test = digits
-    paths = []
-    for i, batch in enumerate(train.batches(16)):
-        path = str(tmp_path / f"b{i:04d}.npz")
-        np.savez(path, x=batch.features, y=batch.labels)
-        paths.append(path)
+    paths = npz_batch_paths
     # encoding_debug_mode: every worker logs threshold, sparsity and residual statistics per step
     spark_net = SparkNetwork(spark_context, _network(seed=23), _master("plain", encoding_debug_mode=True))
     for _ in range(6):
-        spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=NpzLoader())
+        spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=npz_loader)
         if spark_net.network.evaluate(test).accuracy() >= 0.9:
             break
     assert spark_net.network.evaluate(test).accuracy() >= 0.85
