@@ -141,41 +141,18 @@ def _start_node(setup: WorkerSetup, network: Any, part: int) -> Any:
     return node
 
 
-def _own_updates_acknowledged(node: Any) -> bool | None:
-    """Whether the controller's last heartbeat watermark covers every update this node originated.
-
-    None when the node does not expose what is needed (then the caller does not wait).
-    """
-    def check() -> bool | None:
-        marks = getattr(node, "_ctrl_watermarks", None)
-        sent = getattr(node, "_seq", None)
-        if marks is None or not isinstance(sent, int):
-            return None
-        if sent == 0:
-            return True
-        if not marks:
-            return False
-        latest = marks[-1][0] if isinstance(marks[-1], tuple) else marks[-1]
-        return int(latest.get(node.node_id, 0)) >= sent
-
-    try:
-        return node.call(check, timeout_s=5.0)
-    except Exception:  # the node stopped (its error surfaces elsewhere) or changed shape
-        return None
-
-
 def _wait_acknowledged(node: Any, heartbeat_s: float, missed_beats: int) -> bool:
     """Stay in the mesh until the controller holds every update this node sent, so that nothing a
     relay dropped is lost when the task leaves (the node re-sends what the controller's watermark
     lacks after two silent beats). Bounded: two beats of waiting, the re-send quiet period, slack.
     """
-    deadline = time.monotonic() + heartbeat_s * (missed_beats + 4)
-    while time.monotonic() < deadline:
-        state = _own_updates_acknowledged(node)
-        if state is None or state:
-            return bool(state)
-        time.sleep(min(0.05, heartbeat_s / 4))
-    return False
+    from psrv.transport import TransportError
+
+    try:
+        return node.wait_acknowledged(timeout_s=heartbeat_s * (missed_beats + 4))
+    except TransportError as exc:  # the node stopped: leave without the acknowledgement, as before
+        log.warning("worker %s: no acknowledgement of its updates before leaving: %s", worker_id(), exc)
+        return False
 
 
 def _partition_trainer(
