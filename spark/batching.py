@@ -7,8 +7,10 @@ minibatches of ``batch_size`` examples (the last one of a partition may be small
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from psrv.nn.data import DataSet, MultiDataSet
+from psrv.nn.errors import DataError
 from psrv.spark.errors import SparkConfigError, SparkInputError
 
 
@@ -31,25 +33,39 @@ def as_dataset(item: object) -> DataSet:
 
 def rebatch(items: Iterable[object], batch_size: int) -> Iterator[DataSet]:
     """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
+    yield from batches_of((as_dataset(item) for item in items), batch_size)
+
+
+def batches_of(items: Iterable[Any], batch_size: int) -> Iterator[Any]:
+    """DataSets (or MultiDataSets) merged and split into minibatches of exactly ``batch_size``
+    examples (the last may be smaller), in order; an item of exactly that size passes as it is."""
     check_batch_size(batch_size)
-    pending: list[DataSet] = []
-    pending_count = 0
+    pending: list[Any] = []
+    count = 0
     for item in items:
-        data = as_dataset(item)
-        if data.num_examples == 0:
+        if item.num_examples == 0:
             continue
-        if pending_count == 0 and data.num_examples == batch_size:
-            yield data
+        if count == 0 and item.num_examples == batch_size:
+            yield item
             continue
-        pending.append(data)
-        pending_count += data.num_examples
-        if pending_count >= batch_size:
-            merged = pending[0] if len(pending) == 1 else DataSet.merge(pending)
+        pending.append(item)
+        count += item.num_examples
+        if count >= batch_size:
+            merged = _merge(pending)
             start = 0
-            while merged.num_examples - start >= batch_size:
+            while count - start >= batch_size:
                 yield merged.subset(slice(start, start + batch_size))
                 start += batch_size
-            pending_count = merged.num_examples - start
-            pending = [merged.subset(slice(start, merged.num_examples))] if pending_count else []
-    if pending_count:
-        yield pending[0] if len(pending) == 1 else DataSet.merge(pending)
+            pending = [merged.subset(slice(start, count))] if count > start else []
+            count -= start
+    if count:
+        yield _merge(pending)
+
+
+def _merge(items: list[Any]) -> Any:
+    if len(items) == 1:
+        return items[0]
+    try:
+        return type(items[0]).merge(items)
+    except DataError as exc:
+        raise SparkInputError(f"cannot batch these elements together: {exc}") from exc

@@ -16,8 +16,7 @@ from urllib.parse import urlparse
 
 from psrv.nn._files import write_atomically
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
-from psrv.nn.errors import DataError
-from psrv.spark.batching import check_batch_size
+from psrv.spark.batching import batches_of, check_batch_size
 from psrv.spark.errors import ExportError, SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
@@ -43,35 +42,13 @@ def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[A
 # --------------------------------------------------------------------------------------------------
 def rebatch(items: Iterable[DataSet | MultiDataSet], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
     """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
-    check_batch_size(batch_size)
-    pending: list[Any] = []
-    count = 0
-    for item in items:
-        if not isinstance(item, DataSet | MultiDataSet):
-            raise SparkInputError(f"expected DataSet or MultiDataSet elements, got {type(item).__name__}")
-        if item.num_examples == 0:
-            continue
-        pending.append(item)
-        count += item.num_examples
-        if count >= batch_size:
-            merged = _merge(pending)
-            start = 0
-            while count - start >= batch_size:
-                yield merged.subset(slice(start, start + batch_size))
-                start += batch_size
-            pending = [merged.subset(slice(start, count))] if count > start else []
-            count -= start
-    if count:
-        yield _merge(pending)
+    yield from batches_of((_data_item(item) for item in items), batch_size)
 
 
-def _merge(items: list[Any]) -> Any:
-    if len(items) == 1:
-        return items[0]
-    try:
-        return type(items[0]).merge(items)
-    except DataError as exc:
-        raise SparkInputError(f"cannot batch these elements together: {exc}") from exc
+def _data_item(item: Any) -> DataSet | MultiDataSet:
+    if not isinstance(item, DataSet | MultiDataSet):
+        raise SparkInputError(f"expected DataSet or MultiDataSet elements, got {type(item).__name__}")
+    return item
 
 
 def is_local_path(path: str) -> bool:
@@ -108,6 +85,11 @@ def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = Non
         return
     if spark_context is None:
         raise SparkConfigError(f"{path!r} is not a local path: a SparkContext is needed to write it")
+    _hadoop_write(spark_context, path, blob)
+
+
+def _hadoop_write(spark_context: SparkContext, path: str, blob: bytes) -> None:
+    """Write (overwrite) one file through Spark's Hadoop file system."""
     fs, hadoop_path = _hadoop_fs(spark_context, path)
     stream = fs.create(hadoop_path, True)
     try:

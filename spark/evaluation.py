@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn._files import write_atomically
 from psrv.spark.batching import check_batch_size, rebatch
-from psrv.spark.data_files import _hadoop_fs, _local, is_local_path
+from psrv.spark.data_files import _hadoop_fs, _hadoop_write, _local, is_local_path
 from psrv.spark.errors import EvaluationFileError, SparkInputError
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.prefetch import PrefetchingIterator
@@ -250,12 +250,7 @@ def write_text(path: str, text: str, spark_context: SparkContext | None = None) 
         return
     if spark_context is None:
         raise SparkInputError(f"{path!r} is not a local path: pass spark_context to write through Spark")
-    fs, hadoop_path = _hadoop_fs(spark_context, path)
-    stream = fs.create(hadoop_path, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+    _hadoop_write(spark_context, path, text.encode("utf-8"))
 
 
 def read_text(path: str, spark_context: SparkContext | None = None) -> str:
