@@ -361,14 +361,15 @@ class SharedTrainingMaster:
         try:
             job = data.mapPartitions(_partition_trainer(broadcast, loader))
             results = self._collect_with_watchdog(spark_context, job, controller, address)
-            self._drain(controller, results)
+            sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
+            self._drain(controller, sent)
             with controller.lock:
                 final = np.array(controller.params, copy=True)
             controller_counters = controller.counters()
         finally:
             controller.stop()
             broadcast.unpersist()
-        self._finish(network, setup, results, final, controller_counters, started)
+        self._finish(network, setup, results, sent, final, controller_counters, started)
 
     def _collect_with_watchdog(self, spark_context: SparkContext, job: RDD, controller: Any,
                                address: str) -> list[WorkerResult]:
@@ -406,12 +407,11 @@ class SharedTrainingMaster:
                 from outcome["error"]
         return outcome["results"]
 
-    def _drain(self, controller: Any, results: list[WorkerResult]) -> None:
-        """Wait until the controller applied every update the finished workers sent.
+    def _drain(self, controller: Any, expected: int) -> None:
+        """Wait until the controller applied the ``expected`` updates the finished workers sent.
 
         Bounded by a few heartbeats: an update still missing then was lost in flight (see README).
         """
-        expected = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
         deadline = time.monotonic() + max(_DRAIN_MIN_S, 3 * self.conf.heartbeat_ms / 1000.0)
         last, quiet_since = -1, time.monotonic()
         while time.monotonic() < deadline:
@@ -423,8 +423,8 @@ class SharedTrainingMaster:
             time.sleep(0.05)
         log.warning("controller applied %d of %d updates before the drain deadline", last, expected)
 
-    def _finish(self, network: Any, setup: WorkerSetup, results: list[WorkerResult], final: np.ndarray,
-                controller_counters: dict[str, Any], started: float) -> None:
+    def _finish(self, network: Any, setup: WorkerSetup, results: list[WorkerResult], sent: int,
+                final: np.ndarray, controller_counters: dict[str, Any], started: float) -> None:
         network.set_params(final.astype(network.params.dtype))
         if results:
             updater = np.mean([r.updater_state for r in results], axis=0)
@@ -443,8 +443,7 @@ class SharedTrainingMaster:
             "messages": sum(r.messages for r in results),
             "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
             "controller_updates_applied": controller_counters.get("updates_applied"),
-            "updates_missing": max(0, sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
-                                   - int(controller_counters.get("updates_applied") or 0)),
+            "updates_missing": max(0, sent - int(controller_counters.get("updates_applied") or 0)),
             "retried_partitions": sorted({r.partition for r in results if r.attempt > 0}),
             "threshold": float(self.threshold_algorithm.threshold),
         }
