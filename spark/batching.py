@@ -7,17 +7,27 @@ minibatches of ``batch_size`` examples (the last one of a partition may be small
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from itertools import islice
+from typing import Any, TypeVar
 
 from psrv.nn.data import DataSet, MultiDataSet
 from psrv.nn.errors import DataError
 from psrv.spark.errors import SparkConfigError, SparkInputError
+
+T = TypeVar("T")
 
 
 def check_batch_size(batch_size: object, what: str = "batch_size") -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise SparkConfigError(f"{what}: expected a positive int, got {batch_size!r}")
     return batch_size
+
+
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last may be shorter), in order."""
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
 
 
 def as_dataset(item: object) -> DataSet:

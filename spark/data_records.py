@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet, MultiDataSet
-from psrv.spark.batching import check_batch_size
+from psrv.spark.batching import check_batch_size, chunked
 from psrv.spark.data_files import (
     DEFAULT_BATCH_SIZE,
     Record,
@@ -221,16 +221,10 @@ class _RecordsToDataSets:
     batch_size: int
 
     def __call__(self, records: Iterable[Record]) -> Iterator[DataSet]:
-        pending: list[Record] = []
         first = 0
-        for record in records:
-            pending.append(record)
-            if len(pending) == self.batch_size:
-                yield DataSet(*self.labels.split(pending, first))
-                first += len(pending)
-                pending = []
-        if pending:
-            yield DataSet(*self.labels.split(pending, first))
+        for chunk in chunked(records, self.batch_size):
+            yield DataSet(*self.labels.split(chunk, first))
+            first += len(chunk)
 
 
 def records_to_datasets(
@@ -364,16 +358,10 @@ class _JoinedToMultiDataSets:
     batch_size: int
 
     def __call__(self, rows: Iterable[Mapping[str, Record]]) -> Iterator[MultiDataSet]:
-        pending: list[Mapping[str, Record]] = []
         first = 0
-        for row in rows:
-            pending.append(row)
-            if len(pending) == self.batch_size:
-                yield self.spec.convert(pending, first)
-                first += len(pending)
-                pending = []
-        if pending:
-            yield self.spec.convert(pending, first)
+        for chunk in chunked(rows, self.batch_size):
+            yield self.spec.convert(chunk, first)
+            first += len(chunk)
 
 
 def _sort_key(key: Any) -> tuple[str, Any]:

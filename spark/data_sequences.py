@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
-from psrv.spark.batching import check_batch_size
+from psrv.spark.batching import check_batch_size, chunked
 from psrv.spark.data_files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
 from psrv.spark.data_records import _LabelSpec, parse_csv_line
 from psrv.spark.errors import SparkInputError
@@ -92,14 +92,8 @@ class _SequencesToDataSets:
         return DataSet(features, labels, mask, mask.copy())
 
     def __call__(self, sequences: Iterable[Any]) -> Iterator[DataSet]:
-        pending: list[tuple[str, np.ndarray, np.ndarray]] = []
-        for item in sequences:
-            pending.append(self.one(item))
-            if len(pending) == self.batch_size:
-                yield self.pack(pending)
-                pending = []
-        if pending:
-            yield self.pack(pending)
+        for chunk in chunked(map(self.one, sequences), self.batch_size):
+            yield self.pack(chunk)
 
 
 def sequences_to_datasets(

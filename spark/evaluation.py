@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn._files import write_atomically
-from psrv.spark.batching import check_batch_size, rebatch
+from psrv.spark.batching import check_batch_size, chunked, rebatch
 from psrv.spark.data_files import _hadoop_fs, _hadoop_write, _local, is_local_path
 from psrv.spark.errors import EvaluationFileError, SparkInputError
 from psrv.spark.payload import NetworkPayload
@@ -172,6 +172,14 @@ def _feed_forward_batch(network: Any, chunk: list[tuple[Any, Any]]) -> Iterator[
         yield key, predictions[i]
 
 
+def _checked_pair(pair: Any) -> tuple[Any, Any]:
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        raise SparkInputError(
+            f"feed_forward_with_key: expected (key, value) pairs, got {type(pair).__name__}"
+        )
+    return pair
+
+
 def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, pair_rdd: RDD,
                           batch_size: int) -> RDD:
     """``(key, prediction)`` for each ``(key, features)`` or ``(key, (features, mask))`` of one example.
@@ -183,19 +191,8 @@ def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, 
     broadcast = spark_context.broadcast(payload)
 
     def infer(pairs: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, np.ndarray]]:
-        chunk: list[tuple[Any, Any]] = []
         network = None
-        for pair in pairs:
-            if not isinstance(pair, tuple) or len(pair) != 2:
-                raise SparkInputError(
-                    f"feed_forward_with_key: expected (key, value) pairs, got {type(pair).__name__}"
-                )
-            chunk.append(pair)
-            if len(chunk) == batch_size:
-                network = network or broadcast.value.cached_network()
-                yield from _feed_forward_batch(network, chunk)
-                chunk = []
-        if chunk:
+        for chunk in chunked(map(_checked_pair, pairs), batch_size):
             network = network or broadcast.value.cached_network()
             yield from _feed_forward_batch(network, chunk)
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 from psrv.nn.data import DataSet
-from psrv.spark.batching import rebatch
+from psrv.spark.batching import chunked, rebatch
 from psrv.spark.errors import PrefetchTimeoutError, SparkConfigError, SparkInputError
 from psrv.spark.prefetch import PrefetchingIterator
 
@@ -95,6 +95,11 @@ def test_rebatch_splits_large_datasets() -> None:
     big = DataSet.merge(_examples(7))
     batches = list(rebatch([big, *_examples(2)], 3))
     assert [b.num_examples for b in batches] == [3, 3, 3]
+
+
+def test_chunked_keeps_order_and_yields_a_short_last_chunk() -> None:
+    assert list(chunked(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(chunked([], 3)) == []
 
 
 def test_rebatch_rejects_foreign_elements() -> None:
