@@ -84,9 +84,11 @@ class Controller(Endpoint):
         self._tokens: dict[str, int] = {}
         self._names_seen: set[str] = set()
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
+        self._last_tick = time.monotonic()
 
     def _on_start(self) -> None:
         self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=self.address)
+        self._last_tick = time.monotonic()  # not the warm-up before the I/O thread started
         self.log.info(
             "controller listening on %s (mesh %s, fan-out %d, heartbeat %.2f s, curve %s)",
             self.address,
@@ -234,8 +236,9 @@ class Controller(Endpoint):
             len(watermark),
             msg.src,
         )
-        if not self._send(sock, reply, identity):
-            self.log.warning("could not send params to node %d (its queue is full)", msg.src)
+        # on the pipe the node's relayed updates take (never dropped, queued if full): whatever was
+        # relayed before this snapshot arrives before it, whatever after, after it
+        self._post(self._peers[msg.src], reply)
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
@@ -288,6 +291,14 @@ class Controller(Endpoint):
                 )
 
     def _tick(self) -> None:
+        now = time.monotonic()
+        stalled, self._last_tick = now - self._last_tick, now
+        if stalled > 2 * self.config.heartbeat_s:
+            # this process was starved (a loaded machine, swapping): the silence was ours, and the
+            # nodes' beats may still wait unread in the sockets; nobody is offline for it
+            self.log.warning("controller was frozen for %.1f s; not counting it against the nodes", stalled)
+            for node_id in self.membership.online():
+                self.membership.heard(node_id)
         timeout = self.membership.timeout_s
         for node_id in self.membership.expire():
             if node_id in self._peers:

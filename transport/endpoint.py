@@ -320,6 +320,7 @@ class Endpoint:
             )
             if message.op is Op.CHUNK:
                 done = self._reassembler.add((identity, message.src), message)
+                self._chunk_arrived(message)
                 if done is None:
                     return
                 inner, buffers = done
@@ -508,6 +509,9 @@ class Endpoint:
 
     def _tick(self) -> None:
         pass
+
+    def _chunk_arrived(self, chunk: Message) -> None:
+        """A chunk was stored (progress of a large message); the node watches its download with it."""
 
     def _all_peers(self) -> list[Peer]:
         return []

@@ -52,6 +52,7 @@ from psrv.transport.sockets import valid_address
 
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
+_DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
 _STATS_KEYS = (
     "updates_sent",
     "updates_received",
@@ -115,7 +116,10 @@ class Node(Endpoint):
         self._next_join = 0.0
         self._backoff = _BACKOFF_FIRST_S
         self._request_id = 0
+        self._sync_first_request = 0  # any reply to a request of the current sync is a valid snapshot
         self._sync_deadline = 0.0
+        self._sync_progress = 0.0  # when the download last moved (asked, or a chunk from the controller)
+        self._sync_retry_s = 0.0
         self._last_sync = 0.0
         self._last_tick = time.monotonic()
 
@@ -198,9 +202,7 @@ class Node(Endpoint):
                 self._ack_changed.wait(min(remaining, 0.1))  # also re-checks for a stop or an error
 
     def _all_acknowledged(self) -> bool:
-        return (
-            self.state is not NodeState.JOINING and not self._backlog and self._acknowledged >= self._seq
-        )
+        return self.state is not NodeState.JOINING and not self._backlog and self._acknowledged >= self._seq
 
     def _note_acknowledged(self, watermark: int) -> None:
         with self._ack_changed:
@@ -316,11 +318,22 @@ class Node(Endpoint):
                 f"{self.controller_address}: silent for {self._watch.silent_for():.1f} s "
                 f"(timeout {self._watch.timeout_s:.1f} s)"
             )
-        if self.state is NodeState.SYNCING and now > self._sync_deadline:
-            raise JoinError(
-                f"node {self.node_id}: the parameter download from {self.controller_address} did not "
-                f"finish within {self.config.catchup_timeout_s:.1f} s"
-            )
+        if self.state is NodeState.SYNCING:
+            if now > self._sync_deadline:
+                raise JoinError(
+                    f"node {self.node_id}: the parameter download from {self.controller_address} did not "
+                    f"finish within {self.config.catchup_timeout_s:.1f} s "
+                    f"({self._request_id - self._sync_first_request + 1} request(s))"
+                )
+            if now - self._sync_progress > self._sync_retry_s:
+                self.log.warning(
+                    "node %d: no part of the parameter download arrived for %.1f s; asking again",
+                    self.node_id,
+                    now - self._sync_progress,
+                )
+                self.counters_.add("download_retries")
+                self._sync_retry_s *= 2  # back off: a slow link is not flooded with copies
+                self._request_params()
         if self._beat.due():
             self._send_heartbeat()
 
@@ -484,7 +497,7 @@ class Node(Endpoint):
         if (
             not self._from_controller(msg)
             or self.state is not NodeState.SYNCING
-            or msg["request_id"] != self._request_id
+            or not self._sync_first_request <= msg["request_id"] <= self._request_id
         ):
             return
         master = np.frombuffer(msg.buffers[0], dtype=np.dtype(msg["dtype"]))
@@ -517,11 +530,14 @@ class Node(Endpoint):
             self.seen = seen
             self.state = NodeState.RUNNING
             backlog, self._backlog = self._backlog, []
+            sends = []
             for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
                 self._decode(payload)
                 self._seq += 1
                 self._remember(self.node_id, self._seq, payload, fields)
-                self._commands.put(("send", self.node_id, self._seq, payload, fields, False))
+                sends.append(("send", self.node_id, self._seq, payload, fields, False))
+        if sends:  # sent here: a put on our own bounded command queue could block this (its only) reader
+            self._on_commands(sends)
         if incomplete:
             self.counters_.add("resync_incomplete")
             self.log.warning(
@@ -539,6 +555,10 @@ class Node(Endpoint):
             len(watermark),
             replayed,
         )
+
+    def _chunk_arrived(self, chunk: Message) -> None:
+        if chunk.src == CONTROLLER_ID and self.state is NodeState.SYNCING:
+            self._sync_progress = time.monotonic()  # a large download is moving: no need to ask again
 
     def on_evicted(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if self._from_controller(msg) and self.state is not NodeState.JOINING:
@@ -613,10 +633,17 @@ class Node(Endpoint):
 
     def _begin_sync(self, reason: str) -> None:
         self.state = NodeState.SYNCING
-        self._request_id += 1
+        self._sync_first_request = self._request_id + 1
         self._sync_deadline = time.monotonic() + self.config.catchup_timeout_s
+        self._sync_retry_s = max(_DOWNLOAD_RETRY_MIN_S, 4 * self.config.heartbeat_s)
         self.counters_.add("resyncs")
         self.log.info("node %d requesting the master copy (%s)", self.node_id, reason)
+        self._request_params()
+
+    def _request_params(self) -> None:
+        """Ask for the master copy; a lost reply (or chunk of it) is asked for again by ``_tick``."""
+        self._request_id += 1
+        self._sync_progress = time.monotonic()
         self._post(
             self._ctrl,
             Message(

@@ -192,9 +192,11 @@ class Cluster:
             if predicate(status):
                 return status
             time.sleep(0.1)
+        exited = [p for p in self.procs if p.popen.poll() is not None]
         raise AssertionError(
             f"timed out after {timeout_s} s waiting for {what}; last status:\n"
             f"{json.dumps(status, indent=1)[:4000]}"
+            + "".join(f"\n{p.name} exited (rc {p.popen.returncode}):\n{p.stderr()[-1500:]}" for p in exited)
         )
 
     def stop(self, proc: Proc, timeout_s: float = 15.0) -> int:

@@ -10,6 +10,7 @@ import pytest
 from psrv.encoding import ResidualEncoder, decode
 from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
+from psrv.transport.messages import Op
 
 N = 3000
 
@@ -99,6 +100,37 @@ def test_chunked_catch_up_with_updater_state(roles) -> None:
     wait_until(lambda: node.counters()["updates_applied"] == 5, 10, "the updates")
     assert np.max(np.abs(node.params - ctrl.params)) <= 1e-6
     assert ctrl.counters()["frames_out"] > 2 * N * 4 / 4096, "the download travelled in chunks"
+
+
+class LosingController(Controller):
+    """Loses the first parameter download: the whole reply, or (``chunk``) one chunk of it."""
+
+    def __init__(self, *args, chunk: bool, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.chunk = chunk
+        self.lost = 0
+
+    def _frames(self, message):
+        frames = super()._frames(message)
+        if message.op is Op.PARAMS_REPLY and not self.lost:
+            self.lost += 1
+            return frames[:1] + frames[2:] if self.chunk else []
+        return frames
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("chunk", [False, True], ids=["reply", "chunk"])
+def test_a_lost_download_is_asked_for_again(roles, chunk) -> None:
+    cfg = fast(chunk_bytes=4096, max_message_bytes=64 * 1024, max_header_bytes=8 * 1024)
+    master = np.arange(N, dtype=np.float32)
+    ctrl = LosingController(cfg, master.copy(), chunk=chunk).start()
+    roles.append(ctrl)
+    started = time.monotonic()
+    node = Node(cfg, np.zeros(N, np.float32), ctrl.address).start()  # catchup_timeout_s is 120 s
+    roles.append(node)
+    assert ctrl.lost == 1 and np.array_equal(node.params, master)
+    assert node.counters()["download_retries"] == 1
+    assert time.monotonic() - started < 10.0, "asked again after seconds, not at the catch-up deadline"
 
 
 @pytest.mark.timeout(60)
