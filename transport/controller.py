@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from psrv.transport.batch import batch_message, groups, unbatch
-from psrv.transport.codec import as_buffer
+from psrv.transport.batch import batch_message, groups
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.endpoint import ApplyHook, Endpoint
@@ -25,7 +24,6 @@ from psrv.transport.errors import FrameRejectedError
 from psrv.transport.membership import HeartbeatTimer, Membership
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
-from psrv.transport.payload import PayloadInfo, header_info
 from psrv.transport.peer import Peer
 
 _DEPARTED_KEPT = 256
@@ -43,19 +41,6 @@ class NodeRecord:
     state: str = "online"
     left_at: float | None = None
     reason: str = ""
-
-
-def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, PayloadInfo]:
-    """An encoded message as an int32 array plus its header fields, checked against a model of ``size``."""
-    if not isinstance(payload, np.ndarray) or payload.dtype != np.int32 or payload.ndim != 1:
-        desc = (
-            f"{payload.dtype}{list(payload.shape)}"
-            if isinstance(payload, np.ndarray)
-            else type(payload).__name__
-        )
-        raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
-    payload = np.ascontiguousarray(payload)
-    return payload, header_info(payload, size, what)
 
 
 class Controller(Endpoint):
@@ -162,27 +147,10 @@ class Controller(Endpoint):
 
     def on_update(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
-        relay: list[tuple[dict, Any]] = []
-        accepted: list[tuple[dict, np.ndarray]] = []
-        for fields, buffer in unbatch(msg):
-            try:
-                payload = check_payload(
-                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
-                    self.params.size,
-                    f"update {fields['origin']}/{fields['seq']}",
-                )[0]
-            except FrameRejectedError as exc:
-                self._reject(exc.reason, exc.detail)
-                continue
-            self.counters_.add("updates_received")
-            if not self.seen.first_time(fields["origin"], fields["seq"]):
-                self.counters_.add("duplicates_dropped")
-                continue
-            relay.append((fields, buffer))
-            accepted.append((fields, payload))
-        if relay:
-            self._relay(relay, came_from=msg.src)
-        for fields, payload in accepted:
+        fresh = self._fresh_updates(msg)
+        if fresh:
+            self._relay([(fields, buffer) for fields, buffer, _ in fresh], came_from=msg.src)
+        for fields, _, payload in fresh:
             try:
                 self._apply_update(payload, fields)
             except FrameRejectedError as exc:

@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 import zmq
+from psrv.transport.batch import unbatch
 from psrv.transport.chunking import Reassembler, needs_chunking, split_message
-from psrv.transport.codec import decode_frames, decode_header, encode_frames, frame_size
+from psrv.transport.codec import as_buffer, decode_frames, decode_header, encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
+from psrv.transport.dedup import SeenUpdates
 from psrv.transport.errors import (
     FatalTransportError,
     FrameRejectedError,
@@ -34,6 +36,7 @@ from psrv.transport.errors import (
 )
 from psrv.transport.messages import Message, Op, handler_table
 from psrv.transport.netmask import choose_address
+from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer
 from psrv.transport.sockets import Security, bind_router, connect_dealer, valid_address
 
@@ -83,6 +86,7 @@ class Endpoint:
     """Base of the two roles. Subclasses implement ``on_<op>`` handlers and ``_tick``."""
 
     role = "endpoint"
+    seen: SeenUpdates  # the exactly-once filter of updates; each role sets its own
 
     def __init__(
         self,
@@ -481,6 +485,27 @@ class Endpoint:
         if peer.socket in self._registered():
             self._poller.unregister(peer.socket)
         peer.close(linger_s)
+
+    def _fresh_updates(self, msg: Message) -> list[tuple[dict, Any, np.ndarray]]:
+        """The rows of an UPDATE(S) message as ``(fields, buffer, payload)`` that fit this model and
+        arrive for the first time; a bad row is a counted rejection, a repeat a counted duplicate."""
+        fresh = []
+        for fields, buffer in unbatch(msg):
+            try:
+                payload = check_payload(
+                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
+                    self.params.size,
+                    f"update {fields['origin']}/{fields['seq']}",
+                )[0]
+            except FrameRejectedError as exc:
+                self._reject(exc.reason, exc.detail)
+                continue
+            self.counters_.add("updates_received")
+            if not self.seen.first_time(fields["origin"], fields["seq"]):
+                self.counters_.add("duplicates_dropped")
+                continue
+            fresh.append((fields, buffer, payload))
+        return fresh
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
         """Add one encoded update into the local parameters (or hand it to the apply hook)."""

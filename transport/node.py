@@ -28,10 +28,8 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from psrv.transport.batch import batch_message, groups, unbatch
-from psrv.transport.codec import as_buffer
+from psrv.transport.batch import batch_message, groups
 from psrv.transport.config import TransportConfig
-from psrv.transport.controller import check_payload
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
 from psrv.transport.errors import (
@@ -46,6 +44,7 @@ from psrv.transport.errors import (
 from psrv.transport.membership import ControllerWatch, HeartbeatTimer
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
+from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer, SentToken
 from psrv.transport.seen import covered, restore
 from psrv.transport.sockets import valid_address
@@ -455,22 +454,7 @@ class Node(Endpoint):
         if self.state is NodeState.JOINING:
             return
         self._from_controller(msg)
-        fresh: list[tuple[dict, Any, np.ndarray]] = []
-        for fields, buffer in unbatch(msg):
-            try:
-                payload = check_payload(
-                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
-                    self.params.size,
-                    f"update {fields['origin']}/{fields['seq']}",
-                )[0]
-            except FrameRejectedError as exc:
-                self._reject(exc.reason, exc.detail)
-                continue
-            self.counters_.add("updates_received")
-            if not self.seen.first_time(fields["origin"], fields["seq"]):
-                self.counters_.add("duplicates_dropped")
-                continue
-            fresh.append((fields, buffer, payload))
+        fresh = self._fresh_updates(msg)
         if not fresh:
             return
         self._relay([(f, b) for f, b, _ in fresh], came_from=msg.src)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from psrv.transport.errors import FrameRejectedError
@@ -59,3 +60,16 @@ def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
             f"{what}: {name} message of {body} body words, header says {expected} (count {first}, n {n})",
         )
     return PayloadInfo(name, first if form == 0 else n, n, tau)
+
+
+def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, PayloadInfo]:
+    """An encoded message as an int32 array plus its header fields, checked against a model of ``size``."""
+    if not isinstance(payload, np.ndarray) or payload.dtype != np.int32 or payload.ndim != 1:
+        desc = (
+            f"{payload.dtype}{list(payload.shape)}"
+            if isinstance(payload, np.ndarray)
+            else type(payload).__name__
+        )
+        raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
+    payload = np.ascontiguousarray(payload)
+    return payload, header_info(payload, size, what)

@@ -220,6 +220,15 @@ class Cluster:
                 pass
         return rc
 
+    def assert_equal_to_master(self, procs: list[Proc]) -> None:
+        """Stop the nodes, then the controller (each must exit 0); every node's dump equals the master's."""
+        for proc in procs:
+            assert self.stop(proc) == 0, proc.stderr()
+        assert self.stop(self.controller) == 0, self.controller.stderr()
+        master = np.load(self.controller.dump)
+        for proc in procs:
+            assert np.max(np.abs(np.load(proc.dump) - master)) <= 1e-6, proc.name
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.popen.poll() is None:

@@ -7,7 +7,6 @@ import signal
 import time
 from datetime import datetime
 
-import numpy as np
 import pytest
 
 HEARTBEAT_MS = 400
@@ -37,15 +36,6 @@ def converged(status: dict, names: set[str], done: dict[str, int]) -> bool:
         and abs(nodes[name]["stats"].get("params_abs_sum", -1) - master) < 1e-4
         for name in names
     )
-
-
-def assert_equal_to_master(cluster, procs) -> None:
-    for proc in procs:
-        assert cluster.stop(proc) == 0, proc.stderr()
-    assert cluster.stop(cluster.controller) == 0
-    master = np.load(cluster.controller.dump)
-    for proc in procs:
-        assert np.max(np.abs(np.load(proc.dump) - master)) <= 1e-6, proc.name
 
 
 @pytest.mark.timeout(150)
@@ -80,7 +70,7 @@ def test_kill9_node_goes_offline_and_its_restart_catches_up(cluster) -> None:
     assert ids_by_name(status)["n2"] != victim, (
         "a restarted node gets a fresh id (its old sequences stay valid)"
     )
-    assert_equal_to_master(cluster, [procs["n0"], procs["n1"], restarted])
+    cluster.assert_equal_to_master([procs["n0"], procs["n1"], restarted])
     counters = restarted.json_line()
     assert counters["restart"] is True
     assert counters["resyncs"] == 1 and counters["duplicates_dropped"] == 0
@@ -121,7 +111,7 @@ def test_sigstopped_node_does_not_stall_the_others(cluster) -> None:
         90,
         "everyone equal to the master copy after the thaw",
     )
-    assert_equal_to_master(cluster, procs)
+    cluster.assert_equal_to_master(procs)
 
 
 @pytest.mark.timeout(90)
@@ -166,4 +156,4 @@ def test_kill9_inner_mesh_node_its_subtree_is_remapped_and_reconverges(cluster) 
         90,
         "the survivors equal to the master copy",
     )
-    assert_equal_to_master(cluster, [procs["n0"], procs["n2"]])
+    cluster.assert_equal_to_master([procs["n0"], procs["n2"]])

@@ -100,9 +100,4 @@ def test_with_keys_members_work_and_strangers_get_nothing_in_or_out(cluster, tmp
     )
     assert after["counters"]["rejected_total"] == before["counters"]["rejected_total"] == 0
     assert all(n["stats"]["rejected_total"] == 0 for n in after["nodes"])
-    for proc in procs:
-        assert cluster.stop(proc) == 0, proc.stderr()
-    assert cluster.stop(cluster.controller) == 0
-    master = np.load(cluster.controller.dump)
-    for proc in procs:
-        assert np.max(np.abs(np.load(proc.dump) - master)) <= 1e-6
+    cluster.assert_equal_to_master(procs)
