@@ -18,16 +18,36 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" only where it tells something: not when the help already states its
+    default, not for None (the help says what "none" means), flags, required options or positionals."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.default is None
+            or action.default is argparse.SUPPRESS
+            or action.required
+            or not action.option_strings
+            or action.nargs == 0  # store_true / store_false / count-like flags
+            or "default" in text.lower()
+        ):
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="psrv",
         description="psrv: gradient-sharing training on Spark over a ZeroMQ mesh.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ERROR)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(subparsers)
+    for sub in subparsers.choices.values():  # one help style for every subcommand, whoever wrote it
+        sub.formatter_class = HelpFormatter
     return parser
 
 

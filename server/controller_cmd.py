@@ -17,7 +17,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Run a controller for a parameter vector of N zeros until SIGINT or "
         "SIGTERM, logging joins, leaves and remaps; on exit write the master "
         "copy to --dump.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--port", type=int, required=True, help="TCP port to listen on (0 = any free port)")
     p.add_argument("--params", type=int, required=True, metavar="N", help="number of float32 parameters")

@@ -15,7 +15,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="create a CurveZMQ key set",
         description="Create a CurveZMQ key set (server and client pairs, owner-only files) "
         "in DIR; pass the same DIR as --keys to the controller and its nodes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("directory", metavar="DIR", help="directory to write the four key files into")
     p.add_argument("--force", action="store_true", help="overwrite an existing key set")

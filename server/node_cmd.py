@@ -28,7 +28,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--updates synthetic updates at --rate per second and keep applying what "
         "arrives until SIGINT/SIGTERM; then print the counters as one JSON line "
         "and write the parameters to --dump. Exit 3 if the controller is lost.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--controller", required=True, metavar="HOST:PORT", help="address of the controller")
     add_network_options(p)

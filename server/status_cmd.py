@@ -17,7 +17,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="show a controller's nodes, mesh and counters",
         description="Ask a controller for its view: every node (id, address, state, parent, "
         "children), the mesh version, its counters and the master-copy checksum.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("address", metavar="HOST:PORT", help="address of the controller")
     p.add_argument("--json", action="store_true", help="print the whole status as one JSON document")

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from psrv.server.cli import build_parser
 from psrv.transport import Controller, Node, TransportConfig
 
 
@@ -24,8 +25,20 @@ def test_every_subcommand_explains_its_options_with_defaults(command: str) -> No
     result = psrv(command, "--help")
     assert result.returncode == 0, result.stderr
     assert "usage: psrv " + command in result.stdout
+    text = " ".join(result.stdout.split())  # argparse wraps "(default: X)" across lines
+    assert "(default: None)" not in text and "(default: False)" not in text, "no default that says nothing"
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    shown = 0
+    for action in sub._actions:  # every option with a real default names it once, in its help or after it
+        if not action.option_strings or action.required or action.nargs == 0 or action.default is None:
+            continue
+        if "default" in (action.help or "").lower():
+            assert f"(default: {action.default})" not in text, f"{action.dest}: the default twice"
+        else:
+            assert f"(default: {action.default})" in text, f"{action.dest}: default not shown"
+            shown += 1
     if command in ("controller", "node"):
-        assert result.stdout.count("(default:") >= 5
+        assert shown >= 4
         assert "--network-mask" in result.stdout and "--keys" in result.stdout and "--dump" in result.stdout
 
 
