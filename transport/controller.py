@@ -151,12 +151,7 @@ class Controller(Endpoint):
         if fresh:
             self._relay([(fields, buffer) for fields, buffer, _ in fresh], came_from=msg.src)
         for fields, _, payload in fresh:
-            try:
-                self._apply_update(payload, fields)
-            except FrameRejectedError as exc:
-                self._reject(exc.reason, exc.detail)
-                continue
-            self.counters_.applied(fields["origin"])
+            self._apply_counted(payload, fields)
 
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 

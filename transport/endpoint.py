@@ -507,6 +507,16 @@ class Endpoint:
             fresh.append((fields, buffer, payload))
         return fresh
 
+    def _apply_counted(self, payload: np.ndarray, fields: dict) -> bool:
+        """Apply one received update and count it; one that does not decode is a counted rejection."""
+        try:
+            self._apply_update(payload, fields)
+        except FrameRejectedError as exc:
+            self._reject(exc.reason, exc.detail)
+            return False
+        self.counters_.applied(fields["origin"])
+        return True
+
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
         """Add one encoded update into the local parameters (or hand it to the apply hook)."""
         if self._apply_hook is not None:

@@ -46,7 +46,8 @@ from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer, SentToken
-from psrv.transport.seen import covered, restore
+from psrv.transport.replay import ReplayLog
+from psrv.transport.seen import restore
 from psrv.transport.sockets import valid_address
 
 _BACKOFF_FIRST_S = 0.1
@@ -94,10 +95,7 @@ class Node(Endpoint):
         self.mesh: MeshOrganizer | None = None
         self.seen = SeenUpdates(config.dedup_window)
         self._seq = 0
-        self._ring: deque[tuple[int, int, np.ndarray, dict]] = deque()
-        self._ring_bytes = 0
-        self._ring_evicted: dict[int, int] = {}
-        self._held: list[tuple[int, int, np.ndarray, dict]] = []
+        self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
         self._backlog: list[tuple[np.ndarray, dict]] = []
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._ctrl: Peer | None = None
@@ -162,7 +160,7 @@ class Node(Endpoint):
             if self.state is NodeState.RUNNING:
                 self._seq += 1
                 seq, origin = self._seq, self.node_id
-                self._remember(origin, seq, payload, fields)
+                self.replay.remember(origin, seq, payload, fields)
             else:  # (re)joining: numbered and sent once the catch-up is done
                 self._backlog.append((payload, fields))
                 self._slots.release()
@@ -437,7 +435,7 @@ class Node(Endpoint):
         """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay
         died): send them again from the replay ring; duplicates are dropped by every receiver."""
         with self.lock:
-            again = [(s, p, f) for o, s, p, f in self._ring if o == self.node_id and acknowledged < s <= upto]
+            again = self.replay.own(self.node_id, acknowledged, upto)
         items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
         for group in groups(items):
             self._relay(group, came_from=None)
@@ -460,20 +458,13 @@ class Node(Endpoint):
         self._relay([(f, b) for f, b, _ in fresh], came_from=msg.src)
         if self.state is NodeState.SYNCING:
             for fields, _, payload in fresh:
-                if len(self._held) >= self.config.replay_ring_messages:  # bounded: a later re-sync covers it
+                if not self.replay.hold(fields["origin"], fields["seq"], payload, fields):
                     self.counters_.add("updates_dropped_backpressure")
-                    continue
-                self._held.append((fields["origin"], fields["seq"], payload, fields))
             return
         with self.lock:
             for fields, _, payload in fresh:
-                try:
-                    self._apply_update(payload, fields)
-                except FrameRejectedError as exc:
-                    self._reject(exc.reason, exc.detail)
-                    continue
-                self._remember(fields["origin"], fields["seq"], payload, fields)
-                self.counters_.applied(fields["origin"])
+                if self._apply_counted(payload, fields):
+                    self.replay.remember(fields["origin"], fields["seq"], payload, fields)
 
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
@@ -494,23 +485,15 @@ class Node(Endpoint):
                 self.updater_state = np.frombuffer(
                     msg.buffers[1], dtype=np.dtype(msg["updater_dtype"])
                 ).copy()
-            incomplete = [o for o, s in self._ring_evicted.items() if s > watermark.get(o, 0)]
+            incomplete = self.replay.incomplete(watermark)
             seen = restore(self.config.dedup_window, watermark, {o: sorted(s) for o, s in extra.items()})
-            for origin, seq, payload, fields in self._ring:  # applied here, not (yet) in the master copy
-                if not covered(watermark, extra, origin, seq):
-                    self._apply_update(payload, fields)  # applied once already, so it decodes
-                    seen.first_time(origin, seq)
-                    replayed += 1
-            for origin, seq, payload, fields in self._held:  # arrived during the download
-                if seen.first_time(origin, seq):
-                    try:
-                        self._apply_update(payload, fields)
-                    except FrameRejectedError as exc:
-                        self._reject(exc.reason, exc.detail)
-                        continue
-                    self._remember(origin, seq, payload, fields)
-                    self.counters_.applied(origin)
-            self._held.clear()
+            for origin, seq, payload, fields in self.replay.missing_from(watermark, extra):
+                self._apply_update(payload, fields)  # applied here, not (yet) in the master copy; decodes
+                seen.first_time(origin, seq)
+                replayed += 1
+            for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
+                if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
+                    self.replay.remember(origin, seq, payload, fields)
             self.seen = seen
             self.state = NodeState.RUNNING
             backlog, self._backlog = self._backlog, []
@@ -518,7 +501,7 @@ class Node(Endpoint):
             for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
                 self._decode(payload)
                 self._seq += 1
-                self._remember(self.node_id, self._seq, payload, fields)
+                self.replay.remember(self.node_id, self._seq, payload, fields)
                 sends.append(("send", self.node_id, self._seq, payload, fields, False))
         if sends:  # sent here: a put on our own bounded command queue could block this (its only) reader
             self._on_commands(sends)
@@ -560,18 +543,6 @@ class Node(Endpoint):
         from psrv.encoding import decode
 
         decode(payload, self.params)
-
-    def _remember(self, origin: int, seq: int, payload: np.ndarray, fields: dict) -> None:
-        """Keep an applied update for a later re-sync (caller holds the lock); bounded by count and bytes."""
-        self._ring.append((origin, seq, payload, fields))
-        self._ring_bytes += payload.nbytes
-        while self._ring and (
-            len(self._ring) > self.config.replay_ring_messages
-            or self._ring_bytes > self.config.replay_ring_bytes
-        ):
-            o, s, p, _ = self._ring.popleft()
-            self._ring_bytes -= p.nbytes
-            self._ring_evicted[o] = max(self._ring_evicted.get(o, 0), s)
 
     def _relay(
         self, items: list[tuple[dict, Any]], came_from: int | None, token: SentToken | None = None
@@ -640,10 +611,7 @@ class Node(Endpoint):
     def _rejoin(self, reason: str) -> None:
         self.log.warning("node %d must rejoin: %s", self.node_id, reason)
         with self.lock:
-            self._ring.clear()
-            self._ring_bytes = 0
-            self._ring_evicted.clear()
-            self._held.clear()
+            self.replay.clear()
             self.node_id = UNJOINED
             self.state = NodeState.JOINING
         for peer in self._peers.values():
