@@ -38,6 +38,8 @@ class TransportConfig:
     reassembly_expiry_s: float = 30.0  # an incomplete chunked message older than this is dropped
     peer_queue_messages: int = 1000  # per-peer send queue (zmq SNDHWM); full -> dropped + counted
     submit_queue_messages: int = 1000  # node.submit() queue towards the I/O thread
+    receive_queue_messages: int = 1000  # messages zmq holds per connection on receipt (RCVHWM)
+    socket_buffer_bytes: int = 0  # kernel TCP send/receive buffer per socket (SNDBUF/RCVBUF); 0 = OS default
     submit_timeout_s: float = 5.0  # submit() waits this long for queue room, then SendQueueFullError
     dedup_window: int = 65536  # sequence window of the exactly-once filter, per origin
     replay_ring_messages: int = 4096  # applied updates kept to rebuild params on a re-sync
@@ -94,12 +96,15 @@ class TransportConfig:
             "reassembly_limit_bytes",
             "peer_queue_messages",
             "submit_queue_messages",
+            "receive_queue_messages",
             "dedup_window",
             "replay_ring_messages",
             "replay_ring_bytes",
         ):
             if int(getattr(self, name)) < 1:
                 raise bad(name, "a positive int")
+        if int(self.socket_buffer_bytes) < 0:
+            raise bad("socket_buffer_bytes", "an int >= 0 (0 = the OS default)")
         if self.chunk_bytes + self.max_header_bytes > self.max_message_bytes:
             raise bad(
                 "chunk_bytes",

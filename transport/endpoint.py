@@ -144,6 +144,8 @@ class Endpoint:
                 cfg.port,
                 max_message_bytes=cfg.max_message_bytes,
                 hwm=max(cfg.peer_queue_messages, 1000),
+                rcvhwm=cfg.receive_queue_messages,
+                buffer_bytes=cfg.socket_buffer_bytes,
             )
             self._wake_pull = self._ctx.socket(zmq.PULL)
             self._wake_pull.linger = 0
@@ -469,6 +471,7 @@ class Endpoint:
             address,
             hwm=cfg.peer_queue_messages,
             max_message_bytes=cfg.max_message_bytes,
+            buffer_bytes=cfg.socket_buffer_bytes,
         )
         return Peer(node_id, address, sock)
 

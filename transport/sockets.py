@@ -102,16 +102,32 @@ class Security:
             self._auth = None
 
 
+def set_queues(sock: zmq.Socket, sndhwm: int, rcvhwm: int, buffer_bytes: int) -> None:
+    """zmq's message queues (HWM) and, when ``buffer_bytes`` > 0, the kernel's TCP buffers."""
+    sock.sndhwm = sndhwm
+    sock.rcvhwm = rcvhwm
+    if buffer_bytes > 0:
+        sock.setsockopt(zmq.SNDBUF, buffer_bytes)
+        sock.setsockopt(zmq.RCVBUF, buffer_bytes)
+
+
 def bind_router(
-    context: zmq.Context, security: Security, host: str, port: int, *, max_message_bytes: int, hwm: int
+    context: zmq.Context,
+    security: Security,
+    host: str,
+    port: int,
+    *,
+    max_message_bytes: int,
+    hwm: int,
+    rcvhwm: int | None = None,
+    buffer_bytes: int = 0,
 ) -> tuple[zmq.Socket, str]:
     """A ROUTER bound on host:port (port 0 = ephemeral); returns it and its ``host:port``."""
     sock = context.socket(zmq.ROUTER)
     sock.linger = 0
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.sndhwm = hwm
-    sock.rcvhwm = hwm
+    set_queues(sock, hwm, hwm if rcvhwm is None else rcvhwm, buffer_bytes)
     security.server(sock)
     bind_host = f"[{host}]" if ":" in host else host
     try:
@@ -123,13 +139,18 @@ def bind_router(
 
 
 def connect_dealer(
-    context: zmq.Context, security: Security, address: str, *, hwm: int, max_message_bytes: int
+    context: zmq.Context,
+    security: Security,
+    address: str,
+    *,
+    hwm: int,
+    max_message_bytes: int,
+    buffer_bytes: int = 0,
 ) -> zmq.Socket:
     """A DEALER connected to a peer's ROUTER at ``host:port``."""
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
-    sock.sndhwm = hwm
-    sock.rcvhwm = hwm
+    set_queues(sock, hwm, hwm, buffer_bytes)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     security.client(sock)
     sock.connect(tcp(address))

@@ -54,7 +54,8 @@ def test_dropped_copies_are_repaired_by_a_resync(roles) -> None:
     """A receiver that stalls while 15 MB of updates arrive loses relayed copies (tiny queues); the
     heartbeat watermarks make it re-sync, and it ends equal to the master copy."""
     big = 200_000  # bitmap messages of 50 KB: more than the kernel's socket buffers hold
-    cfg = fast(peer_queue_messages=2)
+    # tiny zmq queues and kernel buffers on both ends, so the overflow does not depend on timing
+    cfg = fast(peer_queue_messages=2, receive_queue_messages=2, socket_buffer_bytes=64 * 1024)
     ctrl = Controller(cfg, np.zeros(big, np.float32)).start()
     roles.append(ctrl)
     slow_params = np.zeros(big, np.float32)
