@@ -59,11 +59,13 @@ def test_direct_approach_with_dataframe(spark, spark_context, digits) -> None:
                                               rdd_training_approach="direct", repartition="never")
     net = _network(seed=12)
     spark_net = SparkNetwork(spark_context, net, master)
-    for _ in range(3):
+    for _ in range(5):  # the shuffled DataFrame's order varies per run: a margin over the 90% bar
         spark_net.fit(frame)
     accuracy = spark_net.evaluate(frame.limit(10_000)).accuracy()
     assert accuracy == pytest.approx(net.evaluate(train).accuracy(), abs=1e-12)
-    assert net.evaluate(test).accuracy() >= 0.90
+    test_accuracy = net.evaluate(test).accuracy()
+    print(f"direct DataFrame test accuracy {test_accuracy:.4f}")
+    assert test_accuracy >= 0.90, test_accuracy
 
 
 def test_fit_paths_with_custom_loader(spark_context, digits, npz_batch_paths, npz_loader) -> None:
