@@ -157,3 +157,19 @@ def check_fit(data: Any, epochs: int, batch_size: int) -> None:
         raise InvalidInputError(f"fit: expected epochs >= 1 and batch_size >= 1, got {epochs}, {batch_size}")
     if not is_single(data) and isinstance(data, Iterable) and iter(data) is data and epochs > 1:
         raise InvalidInputError("fit: a one-shot iterator can be trained for one epoch only; pass a list")
+
+
+def fit_epochs(net: Any, data: Any, epochs: int, batch_size: int, shuffle: bool) -> None:
+    """The single-process training loop of Network and TorchNetwork: ``epochs`` passes of
+    compute_update + apply_update, reshuffled per epoch from the seed; no minibatch is an error."""
+    check_fit(data, epochs, batch_size)
+    for _ in range(epochs):
+        rng = np.random.default_rng([net.seed, net.epoch, 7]) if shuffle else None
+        seen = 0
+        for features, labels, mask in minibatches(data, batch_size, rng):
+            update, _ = net.compute_update(features, labels, mask)
+            net.apply_update(update)
+            seen += 1
+        if seen == 0:
+            raise InvalidInputError("fit: the data yielded no minibatch")
+        net.epoch += 1

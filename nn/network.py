@@ -272,17 +272,7 @@ class Network:
         iterable of DataSets (each one minibatch, as DL4J's fit(iterator)); a one-shot iterator allows
         one epoch only.
         """
-        _inputs.check_fit(data, epochs, batch_size)
-        for _ in range(epochs):
-            rng = np.random.default_rng([self.seed, self._epoch, 7]) if shuffle else None
-            seen = 0
-            for features, labels, mask in _inputs.minibatches(data, batch_size, rng):
-                update, _ = self.compute_update(features, labels, mask)
-                self.apply_update(update)
-                seen += 1
-            if seen == 0:
-                raise InvalidInputError("fit: the data yielded no minibatch")
-            self._epoch += 1
+        _inputs.fit_epochs(self, data, epochs, batch_size, shuffle)
 
     def evaluate(self, data: Any, evaluation: Any = None, batch_size: int = 4096) -> Any:
         """Evaluate on a DataSet / iterable of DataSets. Default: Evaluation for classifiers (softmax or

@@ -274,13 +274,7 @@ class TorchNetwork:
         return update.numpy(), loss
 
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, shuffle: bool = True) -> None:
-        _inputs.check_fit(data, epochs, batch_size)
-        for _ in range(epochs):
-            rng = np.random.default_rng([self.seed, self._epoch, 7]) if shuffle else None
-            for features, labels, mask in _inputs.minibatches(data, batch_size, rng):
-                update, _ = self.compute_update(features, labels, mask)
-                self.apply_update(update)
-            self._epoch += 1
+        _inputs.fit_epochs(self, data, epochs, batch_size, shuffle)
 
     # --- inference --------------------------------------------------------------------------------
 

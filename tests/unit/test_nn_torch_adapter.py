@@ -99,6 +99,17 @@ def test_bad_input_leaves_params_untouched() -> None:
     assert net.iteration == 0
 
 
+def test_fit_on_no_data_is_a_clear_error_like_network_fit() -> None:
+    net = _mlp()
+    before = net.params.copy()
+    with pytest.raises(InvalidInputError, match="no minibatch"):
+        net.fit([])
+    assert np.array_equal(net.params, before) and net.epoch == 0
+    features, labels = _batch()
+    net.fit((features, labels), epochs=2, batch_size=8)
+    assert net.epoch == 2 and not np.array_equal(net.params, before)
+
+
 def test_save_load_identical_outputs(tmp_path) -> None:
     x, y = _batch(32)
     net = _mlp()
