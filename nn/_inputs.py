@@ -173,3 +173,26 @@ def fit_epochs(net: Any, data: Any, epochs: int, batch_size: int, shuffle: bool)
         if seen == 0:
             raise InvalidInputError("fit: the data yielded no minibatch")
         net.epoch += 1
+
+
+class TrainingCounters:
+    """The iteration and epoch counters a network's updater schedules read (non-negative ints)."""
+
+    _iteration = 0
+    _epoch = 0
+
+    @property
+    def iteration(self) -> int:
+        return self._iteration
+
+    @iteration.setter
+    def iteration(self, value: int) -> None:
+        self._iteration = check_counter(value, "iteration")
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch = check_counter(value, "epoch")

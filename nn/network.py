@@ -29,7 +29,7 @@ CONFIG_VERSION = 1
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-class Network:
+class Network(_inputs.TrainingCounters):
     """A sequential network (DL4J's MultiLayerNetwork) shaped for gradient sharing."""
 
     def __init__(
@@ -129,22 +129,6 @@ class Network:
 
     def set_updater_state(self, state: np.ndarray) -> None:
         self._updater_state[...] = self._check_flat(state, self._updater_state.size, "updater state")
-
-    @property
-    def iteration(self) -> int:
-        return self._iteration
-
-    @iteration.setter
-    def iteration(self, value: int) -> None:
-        self._iteration = _inputs.check_counter(value, "iteration")
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        self._epoch = _inputs.check_counter(value, "epoch")
 
     def _check_flat(self, vec: Any, size: int, what: str) -> np.ndarray:
         arr = np.asarray(vec)

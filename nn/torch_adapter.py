@@ -36,7 +36,7 @@ def _torch():
     return torch
 
 
-class TorchNetwork:
+class TorchNetwork(_inputs.TrainingCounters):
     """An ``nn.Module`` + loss + optimizer with the same contract as ``psrv.nn.Network``.
 
     ``optimizer`` is a factory ``params -> torch.optim.Optimizer`` (default Adam(lr=1e-3)) or an optimizer
@@ -136,22 +136,6 @@ class TorchNetwork:
 
     def apply_update(self, update: np.ndarray) -> None:
         self._params_np += _flat(update, self.num_params, "update")
-
-    @property
-    def iteration(self) -> int:
-        return self._iteration
-
-    @iteration.setter
-    def iteration(self, value: int) -> None:
-        self._iteration = _inputs.check_counter(value, "iteration")
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        self._epoch = _inputs.check_counter(value, "epoch")
 
     def _state_slots(self) -> list[tuple[dict, str, Any]]:
         slots = []
