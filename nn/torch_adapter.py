@@ -5,8 +5,11 @@ the module is re-pointed into ONE flat float32 buffer (and every gradient into a
 is a NumPy view of the same memory torch computes with: the decoder writes it, the encoder reads it,
 without copies. torch is imported lazily, so ``import psrv.nn`` works without it.
 
-``compute_update`` runs forward, backward and ``optimizer.step()``, takes the difference of the flat
-buffer as the update and restores the parameters: the step is returned, not applied.
+``compute_update`` runs forward and backward on the live parameters, then ``optimizer.step()`` on a
+separate *step buffer* (a second flat vector the optimizer owns, loaded with a copy of the live
+parameters) and returns the difference as the update. It never writes ``params``: a node's I/O thread may
+decode received updates into them at any moment of the step, and none is lost (the network contract
+of DESIGN.md, "How an update travels"). Only ``set_params``, ``apply_update`` and the decoder write them.
 """
 
 from __future__ import annotations
@@ -78,13 +81,18 @@ class TorchNetwork(_inputs.TrainingCounters):
         if optimizer is None:
             optimizer = lambda ps: torch.optim.Adam(ps, lr=1e-3)  # noqa: E731
         if isinstance(optimizer, torch.optim.Optimizer):
-            self.optimizer = optimizer
+            built = optimizer
         elif callable(optimizer):
-            self.optimizer = optimizer(self._param_list)
+            built = optimizer(self._step_params)
+            if not isinstance(built, torch.optim.Optimizer):
+                raise ConfigError(
+                    f"optimizer: the factory must return a torch.optim.Optimizer, got {type(built).__name__}"
+                )
         else:
             raise ConfigError(
                 f"optimizer must be a torch Optimizer or a factory, got {type(optimizer).__name__}"
             )
+        self.optimizer = self._steer_to_step_buffer(built)
         with torch.no_grad():
             was_training = module.training
             module.eval()
@@ -115,6 +123,41 @@ class TorchNetwork(_inputs.TrainingCounters):
                 self._grad_ptrs.append(p.grad.data_ptr())
                 offset += n
         self._params_np = self._flat.numpy()
+        # the optimizer's own copy of the parameters: it steps these, never the live ones, and reads the
+        # same gradient memory (each step parameter's .grad is the live parameter's gradient view)
+        self._step_flat = self._flat.clone()
+        self._step_params = []
+        offset = 0
+        for p in self._param_list:
+            n = p.numel()
+            shadow = torch.nn.Parameter(self._step_flat[offset : offset + n].view_as(p))
+            shadow.grad = p.grad
+            self._step_params.append(shadow)
+            offset += n
+
+    def _steer_to_step_buffer(self, optimizer: Any) -> Any:
+        """Point an optimizer built on the module's parameters at the step buffer instead (a factory
+        that ignored its argument, or an Optimizer instance), carrying any state it already has."""
+        to_step = {id(p): s for p, s in zip(self._param_list, self._step_params, strict=True)}
+        owned = {id(s) for s in self._step_params}
+        for group in optimizer.param_groups:
+            steered = []
+            for p in group["params"]:
+                if id(p) in owned:
+                    steered.append(p)
+                elif id(p) in to_step:
+                    shadow = to_step[id(p)]
+                    if p in optimizer.state:
+                        optimizer.state[shadow] = optimizer.state.pop(p)
+                    steered.append(shadow)
+                else:
+                    raise ConfigError(
+                        "optimizer: expected it to hold only the module's trainable parameters, got a "
+                        f"tensor of shape {tuple(p.shape)} that is not one of them; build it with a "
+                        "factory, optimizer=lambda params: torch.optim.Adam(params, lr=1e-3)"
+                    )
+            group["params"] = steered
+        return optimizer
 
     # --- the flat vectors -------------------------------------------------------------------------
 
@@ -139,7 +182,7 @@ class TorchNetwork(_inputs.TrainingCounters):
 
     def _state_slots(self) -> list[tuple[dict, str, Any]]:
         slots = []
-        for p in self._param_list:
+        for p in self._step_params:
             state = self.optimizer.state.get(p, {})
             for key in sorted(state):
                 slots.append((state, key, state[key]))
@@ -180,12 +223,9 @@ class TorchNetwork(_inputs.TrainingCounters):
                 offset += n
 
     def _initialize_optimizer_state(self) -> None:
-        """Let the optimizer create its state with one zero-gradient step, then restore the params."""
-        snapshot = self._flat.clone()
+        """Let the optimizer create its state with one zero-gradient step on the step buffer."""
         self._flat_grad.zero_()
         self.optimizer.step()
-        with _torch().no_grad():
-            self._flat.copy_(snapshot)
 
     # --- training ---------------------------------------------------------------------------------
 
@@ -225,6 +265,8 @@ class TorchNetwork(_inputs.TrainingCounters):
                 if p.grad is not None:
                     slot.copy_(p.grad)
                 p.grad = slot
+            if self._step_params[i].grad is not p.grad:
+                self._step_params[i].grad = p.grad
 
     def _gradient(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None) -> float:
         torch = _torch()
@@ -244,15 +286,21 @@ class TorchNetwork(_inputs.TrainingCounters):
         return self._flat_grad.numpy().copy(), loss
 
     def compute_update(self, features: Any, labels: Any, mask: Any = None) -> tuple[np.ndarray, float]:
-        """Forward, backward, optimizer.step(); returns (step to ADD, loss) with params restored."""
+        """Forward, backward, optimizer.step(); returns (step to ADD, loss). Never writes ``params``.
+
+        The optimizer steps the step buffer, loaded first with one read of the live parameters (which
+        the node's I/O thread may be changing: the step is then taken from a slightly older point, as
+        in any asynchronous SGD, but every update decoded meanwhile stays in ``params``).
+        """
         torch = _torch()
         x, y, m = self._prepare(features, labels, mask)
         loss = self._gradient(x, y, m)
-        snapshot = self._flat.clone()
+        with torch.no_grad():
+            base = self._flat.clone()
+            self._step_flat.copy_(base)
         self.optimizer.step()
         with torch.no_grad():
-            update = self._flat - snapshot
-            self._flat.copy_(snapshot)
+            update = self._step_flat - base
         self._iteration += 1
         self.last_loss = loss
         return update.numpy(), loss
