@@ -72,6 +72,7 @@ class WorkerSetup:
     collect_stats: bool
     fault_kill_after_steps: int | None = None  # test-only: kill the first attempt of partition 0
     session_id: str = ""  # one training master: residuals carry over between its fits
+    check_replicas: bool = True  # each task checks its final replica against the master (see below)
     extra: dict = field(default_factory=dict)
 
 
@@ -88,6 +89,7 @@ class WorkerResult:
     threshold_state: dict
     events: list[dict[str, Any]]
     counters: dict[str, Any]
+    replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
 
 
 def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
@@ -153,6 +155,15 @@ def _wait_acknowledged(node: Any, heartbeat_s: float, missed_beats: int) -> bool
     except TransportError as exc:  # the node stopped: leave without the acknowledgement, as before
         log.warning("worker %s: no acknowledgement of its updates before leaving: %s", worker_id(), exc)
         return False
+
+
+def _check_replica(node: Any, heartbeat_s: float, missed_beats: int) -> dict[str, Any]:
+    """The central invariant, checked where it can break: this replica against the master copy
+    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download."""
+    check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0)
+    if check.diverged:
+        log.error("worker %s: its replica DIFFERS from the master copy: %s", worker_id(), check.detail)
+    return check.as_dict()
 
 
 def _partition_trainer(
@@ -226,6 +237,11 @@ def _partition_trainer(
             flush_start = events.now()
             acknowledged = _wait_acknowledged(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
             events.add("flush", flush_start, events.now(), acknowledged=acknowledged)
+            replica = None
+            if setup.check_replicas:
+                check_start = events.now()
+                replica = _check_replica(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
+                events.add("replica_check", check_start, events.now(), status=replica["status"])
             counters = node.counters()
             if setup.collect_stats:
                 events.events.append({**events.common, "kind": "metrics", "time": events.now(),
@@ -238,7 +254,7 @@ def _partition_trainer(
         keep_residual(setup.session_id, encoder.residual)
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
                            np.array(network.updater_state, copy=True),
-                           encoder.threshold_algorithm.get_state(), events.events, counters)
+                           encoder.threshold_algorithm.get_state(), events.events, counters, replica)
 
     return train
 
@@ -259,6 +275,7 @@ class SharedTrainingMaster:
         repartition: str = "always",
         encoding_debug_mode: bool = False,
         collect_training_stats: bool = False,
+        check_replicas: bool = True,
     ) -> None:
         from psrv.encoding import AdaptiveThreshold, ResidualClipping
 
@@ -283,6 +300,7 @@ class SharedTrainingMaster:
         self.repartition = parse_repartition(repartition)
         self.encoding_debug_mode = bool(encoding_debug_mode)
         self.collect_training_stats = bool(collect_training_stats)
+        self.check_replicas = bool(check_replicas)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -355,6 +373,7 @@ class SharedTrainingMaster:
             collect_stats=self.collect_training_stats,
             fault_kill_after_steps=self._fault_kill_after_steps,
             session_id=self._session_id,
+            check_replicas=self.check_replicas,
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
@@ -446,6 +465,7 @@ class SharedTrainingMaster:
             "updates_missing": max(0, sent - int(controller_counters.get("updates_applied") or 0)),
             "retried_partitions": sorted({r.partition for r in results if r.attempt > 0}),
             "threshold": float(self.threshold_algorithm.threshold),
+            **_replica_summary(results),
         }
         for r in results:
             self.training_stats.extend(r.events)
@@ -455,6 +475,31 @@ class SharedTrainingMaster:
     def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
         if self.collect_training_stats:
             self.training_stats.append(driver_event(kind, start, end, **fields))
+
+
+def _replica_summary(results: list[WorkerResult]) -> dict[str, Any]:
+    """What the tasks' replica checks found; a divergence is logged loudly (it is a bug, never noise)."""
+    checks = [(r.partition, r.replica) for r in results if r.replica is not None]
+    compared = [(p, c) for p, c in checks if c["status"] in ("equal", "differs")]
+    diverged = [(p, c) for p, c in compared if c["status"] == "differs"]
+    worst = max((float(c["relative_l2"]) for _, c in compared if c["relative_l2"] is not None), default=None)
+    if diverged:
+        log.error(
+            "REPLICA DIVERGENCE: %d of %d checked replicas differ from the master copy (worst relative L2 "
+            "%.3g): %s. The updates of gradient sharing were not applied alike everywhere; please report.",
+            len(diverged), len(compared), worst,
+            "; ".join(f"partition {p}: {c['detail']}" for p, c in diverged[:8]),
+        )
+    unchecked = [(p, c) for p, c in checks if c["status"] not in ("equal", "differs")]
+    if unchecked:
+        log.warning("%d replica check(s) could not compare: %s", len(unchecked),
+                    "; ".join(f"partition {p}: {c['status']} ({c['detail']})" for p, c in unchecked[:8]))
+    return {
+        "replicas_checked": len(compared),
+        "replicas_diverged": len(diverged),
+        "replicas_unchecked": len(unchecked),
+        "replica_max_relative_l2": worst,
+    }
 
 
 def _first_line(error: BaseException) -> str:

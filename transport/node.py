@@ -47,6 +47,7 @@ from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer, SentToken
 from psrv.transport.replay import ReplayLog
+from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck, compare, covers, expected_replica
 from psrv.transport.seen import restore
 from psrv.transport.sockets import valid_address
 
@@ -119,6 +120,8 @@ class Node(Endpoint):
         self._sync_retry_s = 0.0
         self._last_sync = 0.0
         self._last_tick = time.monotonic()
+        self._check_request = 0  # request id of the snapshot a check_replica call waits for
+        self._check_snapshot: tuple[np.ndarray, dict, dict, int] | None = None
 
     # ------------------------------------------------------------------ caller API
     def submit(
@@ -197,6 +200,64 @@ class Node(Endpoint):
                 if remaining <= 0:
                     return False
                 self._ack_changed.wait(min(remaining, 0.1))  # also re-checks for a stop or an error
+
+    def check_replica(self, timeout_s: float, tolerance: float = DEFAULT_TOLERANCE) -> ReplicaCheck:
+        """Check the central invariant on this replica: it equals the master copy up to float rounding.
+
+        Downloads a snapshot of the controller's parameters with the exact set of updates they include,
+        waits (up to ``timeout_s``) until this node has applied every one of them, then compares
+        ``params`` with the snapshot plus the updates this node applied that the snapshot lacks (from its
+        replay ring; see transport/replica.py). Other members may go on sending meanwhile. Costs one
+        parameter download; call it after ``wait_acknowledged``, e.g. once at the end of a task.
+        Never raises for a timeout: the result's status says "unavailable".
+        """
+        deadline = time.monotonic() + max(0.0, float(timeout_s))
+        try:
+            self.call(self._request_check, timeout_s=max(0.1, deadline - time.monotonic()))
+            while True:
+                result = self.call(lambda: self._finish_check(tolerance),
+                                   timeout_s=max(0.1, deadline - time.monotonic()))
+                if result is not None:
+                    return result
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+        except (TransportError, TimeoutError) as exc:
+            return ReplicaCheck("unavailable", detail=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._check_request, self._check_snapshot = 0, None
+        return ReplicaCheck("unavailable", detail=f"no snapshot covered by this replica within {timeout_s} s")
+
+    def _request_check(self) -> None:
+        if self.state is not NodeState.RUNNING or self._ctrl is None:
+            raise NotRunningError(f"node {self.node_id} is {self.state}, not running: nothing to check")
+        self._request_id += 1
+        self._check_request, self._check_snapshot = self._request_id, None
+        self._post(
+            self._ctrl,
+            Message(Op.PARAMS_REQUEST, {"request_id": self._request_id, "want_updater": False},
+                    src=self.node_id),
+        )
+
+    def _finish_check(self, tolerance: float) -> ReplicaCheck | None:
+        """On the I/O thread: the verdict once the snapshot is here and covered, else None."""
+        if self._check_snapshot is None:
+            return None
+        master, watermark, extra, resyncs = self._check_snapshot
+        if self.counters_["resyncs"] != resyncs or self.state is not NodeState.RUNNING:
+            return ReplicaCheck("unavailable", detail="a re-sync replaced this replica during the check")
+        if not covers(self.seen, watermark, extra):
+            return None
+        from psrv.encoding import decode
+
+        with self.lock:
+            if self.replay.incomplete(watermark):
+                return ReplicaCheck("incomplete", detail="updates beyond the snapshot fell out of the "
+                                    "replay ring; raise replay_ring_messages / replay_ring_bytes")
+            extra_sets = {o: set(s) for o, s in extra.items()}
+            expected, replayed = expected_replica(master, self.replay.missing_from(watermark, extra_sets),
+                                                  decode)
+            return compare(self.params, expected, replayed, tolerance)
 
     def _all_acknowledged(self) -> bool:
         return self.state is not NodeState.JOINING and not self._backlog and self._acknowledged >= self._seq
@@ -469,6 +530,19 @@ class Node(Endpoint):
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
     def on_params_reply(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if (
+            self._check_request
+            and msg["request_id"] == self._check_request
+            and self.state is NodeState.RUNNING
+            and self._from_controller(msg)
+        ):  # a snapshot for check_replica, not a catch-up
+            self._check_snapshot = (
+                np.frombuffer(msg.buffers[0], dtype=np.dtype(msg["dtype"])).copy(),
+                {int(o): int(w) for o, w in msg["watermark"].items()},
+                {int(o): [int(x) for x in s] for o, s in msg["extra_seen"].items()},
+                self.counters_["resyncs"],
+            )
+            return
         if (
             not self._from_controller(msg)
             or self.state is not NodeState.SYNCING

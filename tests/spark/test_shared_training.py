@@ -61,6 +61,7 @@ def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach
     assert accuracy >= 0.90, (accuracy, master.last_fit)
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["examples"] == train.num_examples
+    assert fit["replicas_checked"] == 2 and fit["replica_max_relative_l2"] <= 1e-6, fit
     assert totals["bytes_sent"] * 50 < totals["dense_bytes"], totals
     last_epoch = spark_net.network.epoch - 1
     fits = [e for e in spark_net.get_training_stats() if e["kind"] == "fit" and e["epoch"] == last_epoch]
@@ -172,4 +173,26 @@ def test_more_partitions_than_task_slots_does_not_deadlock(spark_context, digits
     assert master.last_fit["workers"] == slots + 3  # tasks ran in waves, each joined and left
     assert master.last_fit["examples"] == train.num_examples
     assert master.last_fit["updates_missing"] == 0
+    # tasks of later waves joined a mesh that had moved on; each still ended equal to the master
+    assert master.last_fit["replicas_checked"] == slots + 3 and master.last_fit["replicas_diverged"] == 0
     assert time.monotonic() - started < 120
+
+
+def test_torch_network_replicas_equal_the_master(spark_context, digits) -> None:
+    """Issue 9 on Spark: TorchNetwork trained by gradient sharing; every task's replica equals the master
+    copy after the drain (the old compute_update lost updates decoded during its steps)."""
+    torch = pytest.importorskip("torch")
+    from psrv.nn import TorchNetwork
+
+    train, test = digits
+    torch.manual_seed(5)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,), seed=5,
+                       optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    spark_net = SparkNetwork(spark_context, net, _master("plain", "direct"))
+    accuracy, totals = _fit_until(spark_net, spark_context.parallelize(list(train.batches(50)), 2), test,
+                                  0.90, 6, min_epochs=2)
+    fit = spark_net.training_master.last_fit
+    assert totals["replicas_checked"] == 2 * totals["epochs"], (totals, fit)
+    assert fit["replica_max_relative_l2"] <= 1e-6, fit
+    assert accuracy >= 0.85, (accuracy, fit)

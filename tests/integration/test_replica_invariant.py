@@ -1,0 +1,133 @@
+"""The central invariant on the path users train through (issue 9): real worker processes run the Spark
+task's own loop (compute_update -> encode -> submit(apply_locally=True) -> wait_acknowledged), with no
+lock held around compute_update, for psrv.nn.Network and TorchNetwork. Afterwards every replica equals
+the master copy within float32 rounding, and the master holds every submitted update exactly once."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psrv.encoding import AdaptiveThreshold, ResidualClipping
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.spark.payload import NetworkPayload
+from psrv.spark.shared_training import WorkerSetup
+from psrv.transport import Controller, TransportConfig
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+WORKER = Path(__file__).with_name("replica_worker.py")
+WORKERS = 2
+
+
+def _digits_batches(seed: int) -> list[list[DataSet]]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    full = DataSet.from_class_indices((data.data / 16.0).astype(np.float32), data.target.astype(np.int64), 10)
+    full.shuffle(seed)
+    batches = list(full.batches(16))
+    return [batches[i::WORKERS] for i in range(WORKERS)]
+
+
+def _network(kind: str):
+    if kind == "network":
+        return Network([Dense(128, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
+                       seed=3)
+    torch = pytest.importorskip("torch")
+    from psrv.nn.torch_adapter import TorchNetwork
+
+    torch.manual_seed(3)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
+                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
+
+
+def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
+    """(initial params, final master, worker results, per-worker sums of what each submitted)."""
+    network = _network(kind)
+    initial = np.array(network.params, dtype=np.float64, copy=True)
+    config = TransportConfig(heartbeat_s=0.5, missed_beats=6, join_timeout_s=30, linger_s=0.5)
+    controller = Controller(config, np.array(network.params, copy=True),
+                            updater_state=np.array(network.updater_state, copy=True)).start()
+    procs = []
+    try:
+        setup = WorkerSetup(
+            job_id=uuid.uuid4().hex[:8], controller_address=controller.address,
+            transport=config.replace(host="127.0.0.1", port=0), network_mask=None,
+            payload=NetworkPayload.from_network(network, with_updater=True),
+            threshold_state=AdaptiveThreshold(1e-3).get_state(),
+            post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
+            collect_stats=False, session_id=uuid.uuid4().hex,
+        )
+        for i, batches in enumerate(_digits_batches(seed=11)):
+            source, target = tmp_path / f"in{i}.pkl", tmp_path / f"out{i}.pkl"
+            with open(source, "wb") as fh:
+                pickle.dump({"setup": setup, "batches": batches * 3, "mode": mode}, fh)
+            log = open(tmp_path / f"worker{i}.log", "w")  # noqa: SIM115 - the child inherits it
+            procs.append((subprocess.Popen([sys.executable, str(WORKER), str(source), str(target)],
+                                           stdout=log, stderr=subprocess.STDOUT,
+                                           env=dict(os.environ, OMP_NUM_THREADS="1")), target, i))
+            log.close()
+        results, sent = [], []
+        for proc, target, i in procs:
+            rc = proc.wait(timeout=180)
+            assert rc == 0, f"worker {i} exited {rc}:\n{(tmp_path / f'worker{i}.log').read_text()[-3000:]}"
+            with open(target, "rb") as fh:
+                out = pickle.load(fh)
+            results.extend(out["results"])
+            sent.append(out["sent"])
+        expected = sum(r.counters["updates_sent"] for r in results)
+        deadline_ok = _wait_applied(controller, expected)
+        assert deadline_ok, f"the controller applied {controller.counters()['updates_applied']} of {expected}"
+        with controller.lock:
+            master = np.array(controller.params, dtype=np.float64, copy=True)
+    finally:
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+        controller.stop()
+    return initial, master, results, sent
+
+
+def _wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if controller.counters()["updates_applied"] >= expected:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _relative_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+@pytest.mark.parametrize("kind", ["network", "torch"])
+def test_every_replica_equals_the_master_after_the_drain(kind: str, tmp_path: Path) -> None:
+    initial, master, results, sent = _train(kind, "fixed", tmp_path)
+    assert len(results) == WORKERS and all(r.messages > 10 for r in results), [r.messages for r in results]
+    # nothing lost, nothing twice: the master is the initial copy plus every submitted update once
+    assert _relative_l2(master, initial + sum(sent)) <= 1e-6
+    for r in results:  # each replica, checked by the task itself against a snapshot of the master
+        assert r.replica is not None and r.replica["status"] == "equal", r.replica
+        assert r.replica["relative_l2"] <= 1e-6, r.replica
+    # and the replicas did receive the others' updates while they computed (the race was possible)
+    assert all(r.counters["updates_applied"] > 0 for r in results)
+
+
+def test_the_check_catches_a_network_that_writes_params_during_its_step(tmp_path: Path) -> None:
+    """The old TorchNetwork bug (snapshot, step, copy back) re-created: the replicas' own checks say
+    "differs" (the master keeps every update; a replica lost those decoded during its steps)."""
+    initial, master, results, sent = _train("network", "legacy", tmp_path)
+    assert _relative_l2(master, initial + sum(sent)) <= 1e-6  # the master copy is still right
+    statuses = [r.replica["status"] for r in results]
+    assert "differs" in statuses, [r.replica for r in results]
