@@ -19,6 +19,7 @@ from psrv.nn.data import FileDataSetLoader
 from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.errors import SparkInputError
 from psrv.spark.export import check_training_approach, exported_minibatches
+from psrv.spark.metrics import check_loggers, publish_round
 from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
@@ -125,6 +126,7 @@ class ParameterAveragingTrainingMaster:
         repartition_strategy: str = "balanced",
         aggregation_depth: int = 2,
         collect_training_stats: bool = False,
+        loggers: Any = None,
     ) -> None:
         self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
         self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")
@@ -136,6 +138,7 @@ class ParameterAveragingTrainingMaster:
         self.repartition_strategy = parse_strategy(repartition_strategy)
         self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
         self.collect_training_stats = bool(collect_training_stats)
+        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
 
@@ -235,7 +238,7 @@ class ParameterAveragingTrainingMaster:
         broadcast = spark_context.broadcast(payload)
         try:
             trainer = _round_trainer(broadcast, loader, self.worker_prefetch_num_batches,
-                                     self.collect_training_stats, number)
+                                     self.collect_training_stats or bool(self.loggers), number)
             if partitions is None:
                 result = share.mapPartitions(trainer).treeAggregate(
                     None, add_results, add_results, depth=self.aggregation_depth
@@ -255,7 +258,11 @@ class ParameterAveragingTrainingMaster:
         set_counters(network, payload.iteration + result.max_steps, payload.epoch)
         if result.examples:
             self.last_score = result.loss_sum / result.examples
-        self.training_stats.extend(result.events)
+        if self.collect_training_stats:
+            self.training_stats.extend(result.events)
+        publish_round(self.loggers, network, payload.epoch, result.events,
+                      {"score": self.last_score, "workers": result.workers, "examples": result.examples},
+                      time.time() - started)
         self._driver_event("averaging", started, time.time(), round=number, workers=result.workers,
                            steps=result.steps, score=self.last_score)
         log.debug("round %d: %d workers, %d steps, score %s", number, result.workers, result.steps,
