@@ -231,7 +231,7 @@ class LiveProgress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=None, desc=self.description, unit="ex", file=self.stream, leave=False,
-                             dynamic_ncols=True, bar_format="{desc}: {postfix}")
+                             dynamic_ncols=True, bar_format="{desc}{postfix}")
         self._last_line = self.clock()  # the first plain line after log_every_s
         self._thread = threading.Thread(target=self._loop, name="psrv-progress", daemon=True)
         self._thread.start()
