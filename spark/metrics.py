@@ -294,7 +294,9 @@ def watching(master: Any, loggers: Any = None, progress: Any = None) -> Iterator
     if extra:
         master.loggers = before_loggers + extra
     if progress is not None:
-        master.progress = progress
+        from psrv.spark.progress import check_progress
+
+        master.progress = check_progress(progress)
     try:
         yield
     finally:

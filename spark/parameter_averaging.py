@@ -32,6 +32,7 @@ from psrv.spark.worker import (
     training_network,
     worker_id,
 )
+from psrv.spark.worker_logs import WorkerLogCapture, relay_worker_logs
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 class RoundResult:
     """Sums over the workers of one round (so that tree aggregation is a plain add)."""
 
-    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events")
+    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
+                 "logs")
 
     def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
                  examples: int, events: list[dict[str, Any]]) -> None:
@@ -53,6 +55,7 @@ class RoundResult:
         self.loss_sum = loss_sum
         self.examples = examples
         self.events = events
+        self.logs: list[dict[str, Any]] = []  # psrv.spark.worker_logs records
 
 
 def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
@@ -69,6 +72,7 @@ def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundRes
     left.loss_sum += right.loss_sum
     left.examples += right.examples
     left.events.extend(right.events)
+    left.logs.extend(getattr(right, "logs", []))
     return left
 
 
@@ -79,6 +83,7 @@ def _round_trainer(
         batches = task_source(items, loader)
         if batches is None:
             return  # an empty share: this worker sits the round out, the average skips it
+        capture = WorkerLogCapture(worker=worker_id(), partition=partition_id()).attach()
         events = EventLog(collect_stats, worker=worker_id(), partition=partition_id(), round=round_number)
         started = events.now()
         network = training_network(payload.value)
@@ -94,7 +99,7 @@ def _round_trainer(
                 loss_sum += float(loss) * batch.num_examples
                 examples += batch.num_examples
         with_updater = payload.value.updater_state is not None
-        yield RoundResult(
+        result = RoundResult(
             network.params.astype(np.float64),
             network.updater_state.astype(np.float64) if with_updater else None,
             steps,
@@ -102,6 +107,8 @@ def _round_trainer(
             examples,
             events.events,
         )
+        result.logs = capture.detach()
+        yield result
 
     return train
 
@@ -251,6 +258,7 @@ class ParameterAveragingTrainingMaster:
             broadcast.unpersist()
         if result is None:
             return
+        relay_worker_logs(result.logs)
         network.set_params((result.params / result.workers).astype(network.params.dtype))
         if self.save_updater and result.updater_state is not None:
             averaged = result.updater_state / result.workers

@@ -20,9 +20,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-__all__ = ["LiveProgress", "ProgressTracker", "ProgressView", "format_progress", "report_progress"]
+__all__ = ["LiveProgress", "ProgressTracker", "ProgressView", "check_progress", "format_progress",
+           "report_progress"]
 
 GAUGE_PREFIX = "train_"
+DEFAULT_LOG_EVERY_S = 10.0
+
+
+def check_progress(value: Any) -> bool | float:
+    """``progress=``: True (on; a plain line every 10 s off a terminal), False/None (off), or seconds
+    between plain lines (on). Anything else is a clear error, on the driver."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+        return float(value)
+    from psrv.spark.errors import SparkConfigError
+
+    raise SparkConfigError(f"progress: expected True, False or seconds between progress lines (> 0), "
+                           f"got {value!r}")
 _LOSS_EMA = 0.1  # weight of the newest step in a worker's loss moving average
 
 
@@ -184,11 +199,14 @@ class LiveProgress:
         self._last_line = -math.inf
 
     @classmethod
-    def for_controller(cls, controller: Any, **kwargs: Any) -> LiveProgress:
+    def for_controller(cls, controller: Any, setting: Any = True, **kwargs: Any) -> LiveProgress:
+        """Progress of the fit whose controller this is; ``setting`` as :func:`check_progress` takes."""
         def source() -> tuple[list[dict[str, Any]], dict[str, Any]]:
             return controller.node_stats(), controller.counters_.snapshot()
 
-        return cls(source, **kwargs)
+        setting = check_progress(setting)
+        kwargs.setdefault("log_every_s", DEFAULT_LOG_EVERY_S if setting is True else float(setting or 1.0))
+        return cls(source, enabled=bool(setting), **kwargs)
 
     def _tty(self) -> bool:
         isatty = getattr(self.stream, "isatty", None)

@@ -36,7 +36,7 @@ from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
-from psrv.spark.progress import LiveProgress, LossAverage, report_progress
+from psrv.spark.progress import LiveProgress, LossAverage, check_progress, report_progress
 from psrv.spark.worker import (
     EventLog,
     driver_event,
@@ -296,7 +296,7 @@ class SharedTrainingMaster:
         self.encoding_debug_mode = bool(encoding_debug_mode)
         self.collect_training_stats = bool(collect_training_stats)
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
-        self.progress = progress  # live progress on stderr during fit (psrv.spark.progress)
+        self.progress = check_progress(progress)  # live progress on stderr during fit (psrv.spark.progress)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -374,7 +374,7 @@ class SharedTrainingMaster:
         started = time.time()
         try:
             job = data.mapPartitions(_partition_trainer(broadcast, loader))
-            with LiveProgress.for_controller(controller, enabled=bool(self.progress),
+            with LiveProgress.for_controller(controller, self.progress,
                                              description=f"psrv fit (epoch {int(network.epoch)})"):
                 results = self._collect_with_watchdog(spark_context, job, controller, address)
             sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)

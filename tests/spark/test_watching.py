@@ -87,15 +87,41 @@ def test_fit_feeds_sinks_relays_debug_logs_and_shows_progress(spark_context, dig
     assert "psrv fit" in err and "online" in err and "master applied" in err, err
 
 
-def test_parameter_averaging_feeds_sinks(spark_context) -> None:
+class WarningLoader:
+    """A user's loader that warns about every file (as user code on an executor might)."""
+
+    def load(self, path: str):
+        import logging
+
+        import numpy as np
+        from psrv.nn.data import DataSet
+
+        logging.getLogger("user.loader").warning("odd file %s", path.rsplit("/", 1)[-1])
+        with np.load(path) as archive:
+            return DataSet(archive["x"], archive["y"])
+
+
+def test_parameter_averaging_feeds_sinks_and_relays_worker_warnings(spark_context, tmp_path: Path,
+                                                                    caplog) -> None:
     rng = np.random.default_rng(0)
     features = rng.standard_normal((96, 4)).astype(np.float32)
     data = DataSet.from_class_indices(features, rng.integers(0, 2, 96), 2)
+    paths = []
+    for i, batch in enumerate(data.batches(16)):
+        paths.append(str(tmp_path / f"b{i}.npz"))
+        np.savez(paths[-1], x=batch.features, y=batch.labels)
     recorder = Recorder()
     master = ParameterAveragingTrainingMaster(batch_size_per_worker=16, averaging_frequency=2,
-                                              rdd_training_approach="direct", loggers=recorder)
+                                              loggers=recorder)
     net = Network([Dense(8, activation="relu"), Output(2)], input_shape=(4,), updater=Sgd(0.1), seed=1)
-    SparkNetwork(spark_context, net, master).fit(spark_context.parallelize(list(data.batches(16)), 2))
+    caplog.set_level(logging.WARNING, logger=DRIVER_LOGGER)
+    spark_net = SparkNetwork(spark_context, net, master)
+    spark_net.fit_paths(spark_context.parallelize(paths, 2), loader=WarningLoader())
+    relayed = [r for r in caplog.records if r.name == DRIVER_LOGGER and "odd file" in r.getMessage()]
+    assert relayed and all(r.levelno == logging.WARNING for r in relayed)
+    assert all("(user.loader): odd file b" in r.getMessage() and " partition " in r.getMessage()
+               for r in relayed)
+    assert len(relayed) <= len(paths)  # one warning per load at most; repeats within a second are counted
     finals = [c for c in recorder.calls if "master/loss" in c[2]]
     assert finals and finals[-1][0] == net.iteration
     assert finals[-1][2]["master/loss"] == pytest.approx(master.last_score)

@@ -107,3 +107,19 @@ def test_live_progress_off_writes_nothing_and_survives_a_failing_source() -> Non
     with LiveProgress(broken, stream=stream, interval_s=3600) as progress:
         assert progress.poll() is None
     assert stream.getvalue() == ""
+
+
+def test_progress_setting_is_checked_on_the_driver() -> None:
+    import pytest
+    from psrv.spark.errors import SparkConfigError
+    from psrv.spark.progress import check_progress
+
+    assert check_progress(True) is True and check_progress(False) is False and check_progress(None) is False
+    assert check_progress(30) == 30.0
+    for bad in ("yes", 0, -1, float("nan")):
+        with pytest.raises(SparkConfigError, match="progress: expected True, False or seconds"):
+            check_progress(bad)
+    controller = SimpleNamespace(node_stats=lambda: [], counters_=Counters())
+    assert LiveProgress.for_controller(controller, 30).log_every_s == 30.0
+    assert LiveProgress.for_controller(controller, True).log_every_s == 10.0
+    assert LiveProgress.for_controller(controller, False).enabled is False
