@@ -45,6 +45,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--output", default="psrv-demo-network.psrv",
                         help="where to save the trained network")
     parser.add_argument("--seed", type=int, default=42, help="seed of the network and the data split")
+    parser.add_argument("--report", default=None, metavar="DIR",
+                        help="write the run's HTML report, Chrome/Perfetto trace and TensorBoard log to DIR")
     parser.set_defaults(func=run)
 
 
@@ -95,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
                           updater=Adam(args.learning_rate), seed=args.seed)
         conf = VoidConfiguration(unicast_port=args.port, network_mask=args.network_mask,
                                  mesh_build_mode=args.mesh)
+        watch = _Watch(args.report)
         tm = SharedTrainingMaster(conf, batch_size_per_worker=args.batch_size, num_workers=args.workers,
                                   threshold_algorithm=AdaptiveThreshold(args.threshold),
-                                  rdd_training_approach=args.approach)
+                                  rdd_training_approach=args.approach, collect_training_stats=watch.on,
+                                  loggers=watch.loggers, progress=False)  # the epoch bar below shows it
         spark_net = SparkNetwork(sc, network, tm)
         rdd = sc.parallelize(list(train.batches(50)), args.workers)
         sent = dense = 0
@@ -108,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 sent += tm.last_fit["bytes_sent"]
                 dense += tm.last_fit["dense_bytes"]
                 accuracy = network.evaluate(test).accuracy()
+                watch.validation(network, epoch, accuracy)
                 bar.set_postfix(loss=f"{tm.last_score:.4f}", test_accuracy=f"{accuracy:.4f}")
                 bar.update(1)
                 bar.write(f"epoch {epoch + 1:3d}: loss {tm.last_score:.4f}, test accuracy {accuracy:.4f}, "
@@ -119,9 +124,60 @@ def run(args: argparse.Namespace) -> int:
         network.save(args.output)
     finally:
         session.stop()
+        watch.close()
+    for line in watch.write(tm.training_stats):
+        print(line)
     ratio = dense / sent if sent else float("inf")
     print(f"final test accuracy: {accuracy:.4f}")
     print(f"updates sent: {sent:,} bytes; dense parameter exchange for the same steps: {dense:,} bytes "
           f"({ratio:.0f}x less)")
     print(f"trained network saved to {args.output} ({time.monotonic() - started:.1f} s in all)")
     return 0
+
+
+class _Watch:
+    """What ``--report DIR`` adds to the demo: stats collection, a TensorBoard log (when tensorboard is
+    installed), validation accuracy per epoch, and the report files at the end."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = os.path.abspath(directory) if directory else None
+        self.on = directory is not None
+        self.loggers: list[Any] = []
+        self.notes: list[str] = []
+        self.records: list[dict[str, Any]] = []
+        if self.directory is None:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        from psrv.spark.errors import SparkConfigError
+        from psrv.spark.metrics import TensorBoardLogger
+
+        try:
+            self.loggers.append(TensorBoardLogger(os.path.join(self.directory, "tensorboard")))
+        except SparkConfigError as exc:
+            self.notes.append(f"no TensorBoard log: {exc}")
+
+    def validation(self, network: Any, epoch: int, accuracy: float) -> None:
+        if not self.on:
+            return
+        from psrv.spark.metrics import log_validation
+        from psrv.spark.stats import validation_sample
+
+        log_validation(self.loggers, int(network.iteration), epoch, {"accuracy": accuracy})
+        self.records.append(validation_sample(time.time(), int(network.iteration), epoch, accuracy=accuracy))
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+
+    def write(self, stats: list[dict[str, Any]]) -> list[str]:
+        if self.directory is None:
+            return []
+        from psrv.spark.stats_report import export_chrome_trace, export_stats_html
+
+        records = list(stats) + self.records
+        html = export_stats_html(records, os.path.join(self.directory, "report.html"), title="psrv demo")
+        trace = export_chrome_trace(records, os.path.join(self.directory, "trace.json"))
+        lines = [f"report: {html}", f"trace (Perfetto, chrome://tracing): {trace}"]
+        for logger in self.loggers:
+            lines.append(f"TensorBoard log: {logger.log_dir} (tensorboard --logdir {logger.log_dir})")
+        return lines + self.notes

@@ -15,6 +15,7 @@ from psrv.spark import evaluation as distributed
 from psrv.spark.batching import check_batch_size
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.inputs import classes_of, dataframe_to_datasets, is_dataframe
+from psrv.spark.metrics import watching
 from psrv.spark.payload import NetworkPayload
 
 if TYPE_CHECKING:
@@ -70,14 +71,20 @@ class SparkNetwork:
         return self.training_master
 
     # -- training -----------------------------------------------------------------------------------
-    def fit(self, data: Any) -> Any:
-        """One epoch over an RDD of DataSets (or a DataFrame with feature and label columns)."""
-        self._master().execute_training(self.spark_context, self.network, self._as_rdd(data))
+    def fit(self, data: Any, *, loggers: Any = None, progress: bool | None = None) -> Any:
+        """One epoch over an RDD of DataSets (or a DataFrame with feature and label columns).
+
+        ``loggers``: metrics sinks for this fit, besides the master's (psrv.spark.metrics);
+        ``progress``: live progress on stderr (default: the master's setting)."""
+        with watching(self._master(), loggers, progress):
+            self._master().execute_training(self.spark_context, self.network, self._as_rdd(data))
         return self.network
 
-    def fit_paths(self, paths_rdd: RDD, loader: Any | None = None) -> Any:
+    def fit_paths(self, paths_rdd: RDD, loader: Any | None = None, *, loggers: Any = None,
+                  progress: bool | None = None) -> Any:
         """One epoch over minibatch files; ``loader.load(path) -> DataSet`` (default: psrv's file form)."""
-        self._master().execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
+        with watching(self._master(), loggers, progress):
+            self._master().execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
         return self.network
 
     def get_network(self) -> Any:

@@ -19,6 +19,7 @@ from psrv.nn.data import FileDataSetLoader
 from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.errors import SparkInputError
 from psrv.spark.export import check_training_approach, exported_minibatches
+from psrv.spark.metrics import check_loggers, publish_round
 from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
@@ -31,6 +32,7 @@ from psrv.spark.worker import (
     training_network,
     worker_id,
 )
+from psrv.spark.worker_logs import WorkerLogCapture, relay_worker_logs
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 class RoundResult:
     """Sums over the workers of one round (so that tree aggregation is a plain add)."""
 
-    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events")
+    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
+                 "logs")
 
     def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
                  examples: int, events: list[dict[str, Any]]) -> None:
@@ -52,6 +55,7 @@ class RoundResult:
         self.loss_sum = loss_sum
         self.examples = examples
         self.events = events
+        self.logs: list[dict[str, Any]] = []  # psrv.spark.worker_logs records
 
 
 def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
@@ -68,6 +72,7 @@ def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundRes
     left.loss_sum += right.loss_sum
     left.examples += right.examples
     left.events.extend(right.events)
+    left.logs.extend(getattr(right, "logs", []))
     return left
 
 
@@ -78,6 +83,7 @@ def _round_trainer(
         batches = task_source(items, loader)
         if batches is None:
             return  # an empty share: this worker sits the round out, the average skips it
+        capture = WorkerLogCapture(worker=worker_id(), partition=partition_id()).attach()
         events = EventLog(collect_stats, worker=worker_id(), partition=partition_id(), round=round_number)
         started = events.now()
         network = training_network(payload.value)
@@ -93,7 +99,7 @@ def _round_trainer(
                 loss_sum += float(loss) * batch.num_examples
                 examples += batch.num_examples
         with_updater = payload.value.updater_state is not None
-        yield RoundResult(
+        result = RoundResult(
             network.params.astype(np.float64),
             network.updater_state.astype(np.float64) if with_updater else None,
             steps,
@@ -101,6 +107,8 @@ def _round_trainer(
             examples,
             events.events,
         )
+        result.logs = capture.detach()
+        yield result
 
     return train
 
@@ -125,6 +133,7 @@ class ParameterAveragingTrainingMaster:
         repartition_strategy: str = "balanced",
         aggregation_depth: int = 2,
         collect_training_stats: bool = False,
+        loggers: Any = None,
     ) -> None:
         self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
         self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")
@@ -136,6 +145,7 @@ class ParameterAveragingTrainingMaster:
         self.repartition_strategy = parse_strategy(repartition_strategy)
         self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
         self.collect_training_stats = bool(collect_training_stats)
+        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
 
@@ -235,7 +245,7 @@ class ParameterAveragingTrainingMaster:
         broadcast = spark_context.broadcast(payload)
         try:
             trainer = _round_trainer(broadcast, loader, self.worker_prefetch_num_batches,
-                                     self.collect_training_stats, number)
+                                     self.collect_training_stats or bool(self.loggers), number)
             if partitions is None:
                 result = share.mapPartitions(trainer).treeAggregate(
                     None, add_results, add_results, depth=self.aggregation_depth
@@ -248,6 +258,7 @@ class ParameterAveragingTrainingMaster:
             broadcast.unpersist()
         if result is None:
             return
+        relay_worker_logs(result.logs)
         network.set_params((result.params / result.workers).astype(network.params.dtype))
         if self.save_updater and result.updater_state is not None:
             averaged = result.updater_state / result.workers
@@ -255,7 +266,11 @@ class ParameterAveragingTrainingMaster:
         set_counters(network, payload.iteration + result.max_steps, payload.epoch)
         if result.examples:
             self.last_score = result.loss_sum / result.examples
-        self.training_stats.extend(result.events)
+        if self.collect_training_stats:
+            self.training_stats.extend(result.events)
+        publish_round(self.loggers, network, payload.epoch, result.events,
+                      {"score": self.last_score, "workers": result.workers, "examples": result.examples},
+                      time.time() - started)
         self._driver_event("averaging", started, time.time(), round=number, workers=result.workers,
                            steps=result.steps, score=self.last_score)
         log.debug("round %d: %d workers, %d steps, score %s", number, result.workers, result.steps,

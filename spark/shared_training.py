@@ -32,9 +32,11 @@ from psrv.spark.errors import (
     TrainingJobError,
 )
 from psrv.spark.export import check_training_approach, exported_minibatches
+from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
+from psrv.spark.progress import LiveProgress, LossAverage, check_progress, report_progress
 from psrv.spark.worker import (
     EventLog,
     driver_event,
@@ -46,6 +48,7 @@ from psrv.spark.worker import (
     training_network,
     worker_id,
 )
+from psrv.spark.worker_logs import WorkerLogCapture, relay_worker_logs
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -90,6 +93,7 @@ class WorkerResult:
     events: list[dict[str, Any]]
     counters: dict[str, Any]
     replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
+    logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.worker_logs records
 
 
 def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
@@ -182,6 +186,7 @@ def _partition_trainer(
         part = partition_id()
         context = TaskContext.get()
         attempt = int(context.attemptNumber()) if context is not None else 0
+        capture = WorkerLogCapture(worker=worker_id(), partition=part, attempt=attempt).attach()
         events = EventLog(setup.collect_stats, worker=worker_id(), partition=part, attempt=attempt,
                           epoch=int(setup.payload.epoch))
         started = events.now()
@@ -208,6 +213,7 @@ def _partition_trainer(
 
         steps = examples = messages = bytes_sent = 0
         loss_sum = 0.0
+        loss_average = LossAverage()
         try:
             with PrefetchingIterator(batches, setup.prefetch) as prefetched:
                 for batch, step_start in timed_batches(prefetched, events):
@@ -224,15 +230,18 @@ def _partition_trainer(
                         bytes_sent += sent
                     stats = encoder.last_stats
                     if setup.debug and stats is not None:
-                        log.info("worker %s step %d: %s", worker_id(), network.iteration, stats)
+                        capture.debug_stats(int(network.iteration), stats)
                     events.add("fit", step_start, encode_start, loss=float(loss), examples=batch.num_examples,
                                iteration=int(network.iteration))
+                    elements = elements_sent(message) if message is not None and events.enabled else 0
                     events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
                                threshold=float(encoder.threshold_algorithm.threshold), bytes=sent,
-                               sparsity=(sent / 4.0) / max(1, network.num_params))
+                               elements=elements, sparsity=elements / max(1, network.num_params))
                     steps += 1
                     examples += batch.num_examples
                     loss_sum += float(loss) * batch.num_examples
+                    report_progress(node, partition=part, epoch=int(network.epoch), steps=steps,
+                                    examples=examples, loss=loss_average.add(float(loss)))
                     _maybe_kill(setup, steps)
             flush_start = events.now()
             acknowledged = _wait_acknowledged(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
@@ -254,7 +263,8 @@ def _partition_trainer(
         keep_residual(setup.session_id, encoder.residual)
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
                            np.array(network.updater_state, copy=True),
-                           encoder.threshold_algorithm.get_state(), events.events, counters, replica)
+                           encoder.threshold_algorithm.get_state(), events.events, counters,
+                           replica=replica, logs=capture.detach())
 
     return train
 
@@ -276,6 +286,8 @@ class SharedTrainingMaster:
         encoding_debug_mode: bool = False,
         collect_training_stats: bool = False,
         check_replicas: bool = True,
+        loggers: Any = None,
+        progress: bool = True,
     ) -> None:
         from psrv.encoding import AdaptiveThreshold, ResidualClipping
 
@@ -301,6 +313,8 @@ class SharedTrainingMaster:
         self.encoding_debug_mode = bool(encoding_debug_mode)
         self.collect_training_stats = bool(collect_training_stats)
         self.check_replicas = bool(check_replicas)
+        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
+        self.progress = check_progress(progress)  # live progress on stderr during fit (psrv.spark.progress)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -370,7 +384,7 @@ class SharedTrainingMaster:
             post_processor_state=self.residual_post_processor.get_state(),
             prefetch=self.worker_prefetch_num_batches,
             debug=self.encoding_debug_mode,
-            collect_stats=self.collect_training_stats,
+            collect_stats=self.collect_training_stats or bool(self.loggers),
             fault_kill_after_steps=self._fault_kill_after_steps,
             session_id=self._session_id,
             check_replicas=self.check_replicas,
@@ -379,7 +393,9 @@ class SharedTrainingMaster:
         started = time.time()
         try:
             job = data.mapPartitions(_partition_trainer(broadcast, loader))
-            results = self._collect_with_watchdog(spark_context, job, controller, address)
+            with LiveProgress.for_controller(controller, self.progress,
+                                             description=f"psrv fit (epoch {int(network.epoch)})"):
+                results = self._collect_with_watchdog(spark_context, job, controller, address)
             sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
             self._drain(controller, sent)
             with controller.lock:
@@ -467,8 +483,12 @@ class SharedTrainingMaster:
             "threshold": float(self.threshold_algorithm.threshold),
             **_replica_summary(results),
         }
-        for r in results:
-            self.training_stats.extend(r.events)
+        relay_worker_logs(record for r in results for record in r.logs)
+        if self.collect_training_stats:
+            for r in results:
+                self.training_stats.extend(r.events)
+        publish_shared_fit(self.loggers, network, setup.payload.epoch, results, self.last_fit,
+                           controller_counters, time.time() - started)
         self._driver_event("training_job", started, time.time(), workers=len(results), steps=steps)
         log.info("gradient sharing fit: %s", self.last_fit)
 

@@ -20,8 +20,16 @@ Point sample (a metric without a duration)::
 
 Metric fields (``METRIC_FIELDS``) may appear on any record; the report draws one line per worker
 for each, against ``iteration`` when the record has one, else the worker's step count so far.
-``sparsity`` is the fraction of parameters a message carried (count / n); ``bytes`` the encoded
-message size. Kinds and their meaning:
+``sparsity`` is the fraction of parameters a message carried (elements sent / parameters: a
+sparse message's count is in its header, a bitmap's is counted); ``elements`` that count;
+``bytes`` the encoded message size.
+
+Validation sample (what the model scored on held-out data, drawn as its own chart)::
+
+    {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 0,
+     "accuracy": 0.93, "f1": 0.92}
+
+Kinds and their meaning:
 
 - ``catch_up``  a joining worker downloading parameters (and skipping what they already hold)
 - ``setup``     task start-up before training (deserializing the network, starting the node)
@@ -30,6 +38,11 @@ message size. Kinds and their meaning:
 - ``encode``    threshold-encoding the residual into a message
 - ``apply``     applying received updates
 - ``averaging`` one parameter-averaging round (driver) or its aggregation
+- ``flush``     a worker waiting until the controller acknowledged its updates, before leaving
+- ``replica_check``  a worker checking its final replica against the master copy (status: equal, differs…)
+- ``residual_carried``  a worker starting from the residual its previous task left
+- ``export``    the driver exporting the data as minibatch files
+- ``training_job``  the driver's whole Spark job of one fit
 """
 
 from __future__ import annotations
@@ -43,11 +56,13 @@ from psrv.spark.errors import SparkInputError
 __all__ = [
     "EVENT_KINDS",
     "METRIC_FIELDS",
+    "VALIDATION_KIND",
     "STATS_VERSION",
     "StatsFormatError",
     "event",
     "metrics_sample",
     "normalize_stats",
+    "validation_sample",
 ]
 
 STATS_VERSION = 1
@@ -59,7 +74,13 @@ EVENT_KINDS: dict[str, str] = {
     "encode": "encoding",
     "apply": "applying updates",
     "averaging": "parameter averaging round",
+    "flush": "flush (until updates acknowledged)",
+    "replica_check": "replica check (against the master)",
+    "residual_carried": "residual carried over",
+    "export": "export minibatches",
+    "training_job": "training job (driver)",
 }
+VALIDATION_KIND = "validation"
 # Other spellings producers may use, mapped to the kinds above.
 KIND_ALIASES: dict[str, str] = {
     "catchup": "catch_up",
@@ -84,6 +105,13 @@ def event(worker: str, kind: str, start: float, end: float, **fields: Any) -> di
 def metrics_sample(worker: str, time: float, **metrics: Any) -> dict[str, Any]:
     """One point sample of metrics (threshold, sparsity, bytes ...) at wall-clock ``time``."""
     return {"worker": str(worker), "kind": "metrics", "time": float(time), **metrics}
+
+
+def validation_sample(time: float, iteration: int, epoch: int, worker: str = "driver",
+                      **metrics: Any) -> dict[str, Any]:
+    """One validation record (accuracy, f1, loss ... on held-out data) at wall-clock ``time``."""
+    return {"worker": str(worker), "kind": VALIDATION_KIND, "time": float(time), "iteration": int(iteration),
+            "epoch": int(epoch), **metrics}
 
 
 def _number(record: Mapping[str, Any], key: str, index: int) -> float:

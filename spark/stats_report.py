@@ -12,14 +12,16 @@ import json
 import math
 import os
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psrv.nn._files import write_atomically
-from psrv.spark.stats import EVENT_KINDS, METRIC_FIELDS, normalize_stats
+from psrv.spark.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
-__all__ = ["CLOCK_CAVEAT", "export_stats_html", "render_stats_html"]
+__all__ = ["CLOCK_CAVEAT", "export_chrome_trace", "export_stats_html", "kind_colour", "kind_label",
+           "render_stats_html", "worker_summary"]
 
 CLOCK_CAVEAT = (
     "Timestamps are taken from the wall clock (time.time()) of the machine each worker ran on. "
@@ -29,29 +31,42 @@ CLOCK_CAVEAT = (
 
 _KIND_COLOURS = {
     "catch_up": "#8e44ad",
-    "setup": "#7f8c8d",
-    "fit": "#2e86de",
+    "setup": "#95a5a6",
+    "fit": "#1f6fd1",
     "wait": "#f39c12",
     "encode": "#27ae60",
     "apply": "#16a085",
     "averaging": "#c0392b",
+    "flush": "#e84393",
+    "replica_check": "#2d3436",
+    "residual_carried": "#6c5ce7",
+    "export": "#a0522d",
+    "training_job": "#d5dbdf",
 }
-_OTHER_COLOUR = "#b2bec3"
+# kinds no producer of psrv emits get one of these, by name (stable across reports)
+_EXTRA_COLOURS = ["#00b894", "#fd79a8", "#e17055", "#0984e3", "#b8860b", "#2d3436", "#74b9ff", "#55efc4"]
+# drawing order inside a row: long background activities first, the short fit steps last (on top)
+_LAYER = {"training_job": 0, "export": 0, "setup": 1, "catch_up": 1, "flush": 1, "replica_check": 1,
+          "residual_carried": 1,
+          "averaging": 1, "wait": 2, "apply": 3, "encode": 3, "fit": 4}
+_THIN_KINDS = {"wait", "training_job", "export"}  # drawn half height so the steps stand out
 _LINE_COLOURS = ["#2e86de", "#e74c3c", "#27ae60", "#8e44ad", "#f39c12", "#16a085", "#d35400", "#2c3e50"]
 _METRIC_TITLES = {
-    "loss": "Loss per step",
+    "loss": "Training loss per step (line: moving average; faint points: each step)",
     "threshold": "Encoding threshold per step",
-    "sparsity": "Sparsity per step (fraction of parameters sent)",
+    "sparsity": "Sparsity per step (elements sent / parameters)",
     "bytes": "Bytes per step (encoded message size)",
+    "validation": "Validation metrics (held-out data)",
 }
 _MAX_POINTS_PER_LINE = 2000
 _ROW_HEIGHT = 22
+_TOP = 16  # room for the epoch labels above the timeline rows
 _LABEL_WIDTH = 170
 _PLOT_WIDTH = 900
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px; color: #2d3436; }
-h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
+h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; } h3 { font-size: 14px; margin: 18px 0 4px; }
 .caveat { background: #fff8e1; border-left: 4px solid #f39c12; padding: 8px 12px; max-width: 1060px; }
 table { border-collapse: collapse; font-size: 13px; }
 td, th { padding: 3px 10px; border-bottom: 1px solid #eee; }
@@ -60,8 +75,22 @@ th { text-align: left; } td.num { text-align: right; font-variant-numeric: tabul
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }
 svg text { font-size: 11px; fill: #2d3436; }
 svg .event:hover { stroke: #2d3436; stroke-width: 1; }
+svg .epoch-mark { stroke: #636e72; stroke-dasharray: 4 3; }
+svg text.epoch-label { fill: #636e72; font-size: 10px; }
 .empty { color: #636e72; font-style: italic; }
 """
+
+
+def kind_colour(kind: str) -> str:
+    """The timeline colour of an event kind: psrv's kinds fixed, any other one stable by its name."""
+    if kind in _KIND_COLOURS:
+        return _KIND_COLOURS[kind]
+    return _EXTRA_COLOURS[zlib.crc32(kind.encode("utf-8")) % len(_EXTRA_COLOURS)]
+
+
+def kind_label(kind: str) -> str:
+    """A readable name for an event kind."""
+    return EVENT_KINDS.get(kind, kind.replace("_", " "))
 
 
 def _esc(value: Any) -> str:
@@ -99,16 +128,15 @@ def _fmt(value: float) -> str:
 def _legend(kinds: Iterable[str]) -> str:
     items = []
     for kind in kinds:
-        colour = _KIND_COLOURS.get(kind, _OTHER_COLOUR)
-        label = EVENT_KINDS.get(kind, kind)
-        items.append(f'<span><i style="background:{colour}"></i>{_esc(label)}</span>')
+        items.append(f'<span data-kind="{_esc(kind)}"><i style="background:{kind_colour(kind)}"></i>'
+                     f"{_esc(kind_label(kind))}</span>")
     return '<div class="legend">' + "".join(items) + "</div>"
 
 
 def _event_tooltip(record: Mapping[str, Any], origin: float) -> str:
     duration_ms = (record["end"] - record["start"]) * 1000.0
     lines = [
-        f"{record['worker']}: {EVENT_KINDS.get(record['kind'], record['kind'])}",
+        f"{record['worker']}: {kind_label(record['kind'])}",
         f"start {_utc(record['start'])} (+{record['start'] - origin:.3f} s)",
         f"duration {duration_ms:.1f} ms",
     ]
@@ -118,12 +146,28 @@ def _event_tooltip(record: Mapping[str, Any], origin: float) -> str:
     return "\n".join(lines)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def epoch_starts(events: Sequence[Mapping[str, Any]], key: str = "start") -> dict[int, float]:
+    """Per epoch, the earliest ``key`` (wall-clock start, or iteration) of the records carrying it."""
+    starts: dict[int, float] = {}
+    for record in events:
+        epoch, value = record.get("epoch"), record.get(key)
+        if _is_number(epoch) and _is_number(value):
+            e = int(epoch)
+            starts[e] = min(starts.get(e, math.inf), float(value))
+    return dict(sorted(starts.items()))
+
+
 def _timeline(events: list[dict[str, Any]], workers: list[str]) -> str:
     if not events:
         return '<p class="empty">No timed events were recorded.</p>'
     origin = min(e["start"] for e in events)
     span = max(max(e["end"] for e in events) - origin, 1e-6)
-    height = _ROW_HEIGHT * len(workers) + 30
+    rows_bottom = _TOP + _ROW_HEIGHT * len(workers)
+    height = rows_bottom + 30
     width = _LABEL_WIDTH + _PLOT_WIDTH + 20
     scale = _PLOT_WIDTH / span
     parts = [f'<svg class="timeline" width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
@@ -131,23 +175,31 @@ def _timeline(events: list[dict[str, Any]], workers: list[str]) -> str:
     for record in events:
         by_worker[record["worker"]].append(record)
     for row, worker in enumerate(workers):
-        y = row * _ROW_HEIGHT
+        y = _TOP + row * _ROW_HEIGHT
         parts.append(f'<g class="timeline-row" data-worker="{_esc(worker)}">')
         shade = "#f7f9fa" if row % 2 == 0 else "#ffffff"
         parts.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW_HEIGHT}" fill="{shade}"/>')
         label = worker if len(worker) <= 26 else worker[:12] + "…" + worker[-12:]
         parts.append(f'<text x="4" y="{y + 15}"><title>{_esc(worker)}</title>{_esc(label)}</text>')
-        for record in by_worker[worker]:
+        ordered = sorted(by_worker[worker], key=lambda r: _LAYER.get(r["kind"], 2))
+        for record in ordered:
             x = _LABEL_WIDTH + (record["start"] - origin) * scale
-            w = max((record["end"] - record["start"]) * scale, 0.8)
-            colour = _KIND_COLOURS.get(record["kind"], _OTHER_COLOUR)
+            w = max((record["end"] - record["start"]) * scale, 1.0)
+            inset = 7 if record["kind"] in _THIN_KINDS else 3
             parts.append(
-                f'<rect class="event" data-kind="{_esc(record["kind"])}" x="{x:.2f}" y="{y + 3}" '
-                f'width="{w:.2f}" height="{_ROW_HEIGHT - 6}" fill="{colour}">'
+                f'<rect class="event" data-kind="{_esc(record["kind"])}" x="{x:.2f}" y="{y + inset}" '
+                f'width="{w:.2f}" height="{_ROW_HEIGHT - 2 * inset}" fill="{kind_colour(record["kind"])}">'
                 f"<title>{_esc(_event_tooltip(record, origin))}</title></rect>"
             )
         parts.append("</g>")
-    axis_y = _ROW_HEIGHT * len(workers) + 4
+    starts = epoch_starts(events)
+    if len(starts) > 1 or (starts and next(iter(starts.values())) > origin + span * 0.01):
+        for epoch, start in starts.items():
+            x = _LABEL_WIDTH + (start - origin) * scale
+            parts.append(f'<line class="epoch-mark" data-epoch="{epoch}" x1="{x:.2f}" y1="{_TOP - 2}" '
+                         f'x2="{x:.2f}" y2="{rows_bottom}"/>')
+            parts.append(f'<text class="epoch-label" x="{x + 2:.2f}" y="{_TOP - 4}">epoch {epoch}</text>')
+    axis_y = rows_bottom + 4
     parts.append(
         f'<line x1="{_LABEL_WIDTH}" y1="{axis_y}" x2="{_LABEL_WIDTH + _PLOT_WIDTH}" y2="{axis_y}" '
         'stroke="#636e72"/>'
@@ -165,25 +217,42 @@ def _metric_series(records: list[dict[str, Any]], metric: str) -> dict[str, list
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     steps: dict[str, int] = defaultdict(int)
     for record in records:
-        if metric not in record:
+        if metric not in record or record["kind"] == VALIDATION_KIND:
             continue
         worker = record["worker"]
         iteration = record.get("iteration")
-        if (
-            isinstance(iteration, int | float)
-            and not isinstance(iteration, bool)
-            and math.isfinite(iteration)
-        ):
-            x = float(iteration)
-        else:
-            x = float(steps[worker])
+        x = float(iteration) if _is_number(iteration) else float(steps[worker])
         steps[worker] += 1
         series[worker].append((x, float(record[metric])))
     return series
 
 
-def _chart(metric: str, series: Mapping[str, Sequence[tuple[float, float]]], workers: list[str]) -> str:
-    width, height, left, bottom, top = _LABEL_WIDTH + _PLOT_WIDTH + 20, 260, 70, 30, 10
+def _validation_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Per validation metric (accuracy, f1 ...): (step, value) points, in the order they came."""
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    skip = {"worker", "kind", "time", "start", "end", "iteration", "epoch", "partition"}
+    for position, record in enumerate(r for r in records if r["kind"] == VALIDATION_KIND):
+        x = float(record["iteration"]) if _is_number(record.get("iteration")) else float(position)
+        for key, value in record.items():
+            if key not in skip and _is_number(value):
+                series[key].append((x, float(value)))
+    return series
+
+
+def smooth(values: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points (fewer at the start)."""
+    out, total = [], 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        out.append(total / min(index + 1, window))
+    return out
+
+
+def _chart(metric: str, series: Mapping[str, Sequence[tuple[float, float]]], names: list[str],
+           epoch_marks: Mapping[int, float] | None = None) -> str:
+    width, height, left, bottom, top = _LABEL_WIDTH + _PLOT_WIDTH + 20, 260, 70, 30, 14
     plot_w, plot_h = width - left - 20, height - bottom - top
     xs = [x for points in series.values() for x, _ in points]
     ys = [y for points in series.values() for _, y in points]
@@ -220,26 +289,87 @@ def _chart(metric: str, series: Mapping[str, Sequence[tuple[float, float]]], wor
         f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">step (iteration)'
         f"{' — log scale' if log else ''}</text>"
     )
-    for index, worker in enumerate(w for w in workers if w in series):
-        points = list(series[worker])
+    for epoch, first in (epoch_marks or {}).items():
+        if x_low < first <= x_high:
+            x = px(first)
+            parts.append(f'<line class="epoch-mark" data-epoch="{epoch}" x1="{x:.2f}" y1="{top}" '
+                         f'x2="{x:.2f}" y2="{top + plot_h}"/>')
+            parts.append(f'<text class="epoch-label" x="{x + 2:.2f}" y="{top - 3}">epoch {epoch}</text>')
+    shown = [n for n in names if n in series]
+    for index, name in enumerate(shown):
+        points = sorted(series[name]) if metric != "validation" else list(series[name])
         stride = max(1, math.ceil(len(points) / _MAX_POINTS_PER_LINE))
         points = points[::stride]
         colour = _LINE_COLOURS[index % len(_LINE_COLOURS)]
-        coords = " ".join(f"{px(x):.2f},{py(y):.2f}" for x, y in points)
+        line = points
+        if metric == "loss" and len(points) > 4:
+            window = max(3, len(points) // 20)
+            for x, y in points:
+                parts.append(f'<circle class="raw" cx="{px(x):.2f}" cy="{py(y):.2f}" r="1.6" fill="{colour}" '
+                             'fill-opacity="0.25"/>')
+            line = list(zip([x for x, _ in points], smooth([y for _, y in points], window), strict=True))
+        coords = " ".join(f"{px(x):.2f},{py(y):.2f}" for x, y in line)
         parts.append(
-            f'<polyline class="series" data-worker="{_esc(worker)}" fill="none" stroke="{colour}" '
-            f'stroke-width="1.5" points="{coords}"><title>{_esc(worker)}</title></polyline>'
+            f'<polyline class="series" data-worker="{_esc(name)}" fill="none" stroke="{colour}" '
+            f'stroke-width="1.8" points="{coords}"><title>{_esc(name)}</title></polyline>'
         )
-        if len(points) == 1:
-            x, y = points[0]
-            parts.append(f'<circle cx="{px(x):.2f}" cy="{py(y):.2f}" r="3" fill="{colour}"/>')
+        if len(points) <= 30 or metric == "validation":
+            for x, y in points:
+                parts.append(f'<circle cx="{px(x):.2f}" cy="{py(y):.2f}" r="2.5" fill="{colour}">'
+                             f"<title>{_esc(name)} @ {_fmt(x)}: {_fmt(y)}</title></circle>")
     parts.append("</svg>")
     legend = "".join(
-        f'<span><i style="background:{_LINE_COLOURS[i % len(_LINE_COLOURS)]}"></i>{_esc(w)}</span>'
-        for i, w in enumerate(w for w in workers if w in series)
+        f'<span><i style="background:{_LINE_COLOURS[i % len(_LINE_COLOURS)]}"></i>{_esc(n)}</span>'
+        for i, n in enumerate(shown)
     )
     heading = _esc(_METRIC_TITLES.get(metric, metric))
     return f'<h3>{heading}</h3><div class="legend">{legend}</div>{"".join(parts)}'
+
+
+def worker_summary(events: Sequence[Mapping[str, Any]], workers: Sequence[str]) -> list[dict[str, Any]]:
+    """Per worker: partitions, steps, examples, examples/s (over its training span), bytes sent,
+    waits (count, seconds, share of the span)."""
+    rows = []
+    for worker in workers:
+        mine = [e for e in events if e["worker"] == worker]
+        fits = [e for e in mine if e["kind"] == "fit"]
+        waits = [e for e in mine if e["kind"] == "wait"]
+        training = [e for e in mine if e["kind"] in ("fit", "wait", "encode", "apply")]
+        span = (max(e["end"] for e in training) - min(e["start"] for e in training)) if training else 0.0
+        examples = sum(int(e["examples"]) for e in fits if _is_number(e.get("examples")))
+        wait_s = sum(e["end"] - e["start"] for e in waits)
+        rows.append({
+            "worker": worker,
+            "partitions": sorted({int(e["partition"]) for e in mine if _is_number(e.get("partition"))
+                                  and int(e["partition"]) >= 0}),
+            "steps": len(fits),
+            "examples": examples,
+            "examples_per_s": examples / span if span > 0 else None,
+            "bytes_sent": int(sum(e["bytes"] for e in mine
+                                  if e["kind"] == "encode" and _is_number(e.get("bytes")))),
+            "waits": len(waits),
+            "wait_s": wait_s,
+            "wait_share": wait_s / span if span > 0 else None,
+        })
+    return rows
+
+
+def _worker_table(events: list[dict[str, Any]], workers: list[str]) -> str:
+    rows = []
+    for row in worker_summary(events, workers):
+        rate = f"{row['examples_per_s']:,.1f}" if row["examples_per_s"] is not None else "–"
+        share = f"{row['wait_share'] * 100:.1f}%" if row["wait_share"] is not None else "–"
+        parts = ", ".join(str(p) for p in row["partitions"]) or "–"
+        rows.append(
+            f'<tr class="worker-summary" data-worker="{_esc(row["worker"])}"><td>{_esc(row["worker"])}</td>'
+            f"<td>{_esc(parts)}</td><td class=\"num\">{row['steps']:,}</td>"
+            f"<td class=\"num\">{row['examples']:,}</td><td class=\"num\">{rate}</td>"
+            f"<td class=\"num\">{row['bytes_sent']:,}</td><td class=\"num\">{row['waits']:,}</td>"
+            f"<td class=\"num\">{row['wait_s']:.3f}</td><td class=\"num\">{share}</td></tr>"
+        )
+    head = ("<tr><th>worker</th><th>partitions</th><th>steps</th><th>examples</th><th>examples/s</th>"
+            "<th>bytes sent</th><th>waits for data</th><th>waiting (s)</th><th>waiting (share)</th></tr>")
+    return f'<table class="workers">{head}{"".join(rows)}</table>'
 
 
 def _summary(events: list[dict[str, Any]], workers: list[str]) -> str:
@@ -249,7 +379,7 @@ def _summary(events: list[dict[str, Any]], workers: list[str]) -> str:
     for record in events:
         totals[(record["worker"], record["kind"])] += record["end"] - record["start"]
         counts[record["worker"]] += 1
-    head = "".join(f"<th>{_esc(EVENT_KINDS.get(k, k))} (s)</th>" for k in kinds)
+    head = "".join(f"<th>{_esc(kind_label(k))} (s)</th>" for k in kinds)
     rows = []
     for worker in workers:
         cells = "".join(f'<td class="num">{totals[(worker, k)]:.3f}</td>' for k in kinds)
@@ -264,27 +394,44 @@ def render_stats_html(
     records = normalize_stats(stats)
     events = [r for r in records if "start" in r]
     workers = sorted({r["worker"] for r in records}, key=lambda w: (w == "driver", w))
-    kinds = sorted({e["kind"] for e in events}, key=lambda k: (k not in EVENT_KINDS, k))
+    executors = [w for w in workers if w != "driver"]
+    kinds = sorted({e["kind"] for e in events}, key=lambda k: (_LAYER.get(k, 2), k))
     if events:
         first = min(e["start"] for e in events)
         last = max(e["end"] for e in events)
         span = f"{_utc(first)} to {_utc(last)} ({last - first:.3f} s)"
     else:
         span = "no timed events"
+    steps = sum(1 for e in events if e["kind"] == "fit")
+    epochs = sorted({int(e["epoch"]) for e in events if _is_number(e.get("epoch"))})
+    epoch_text = f", epochs {epochs[0]}–{epochs[-1]}" if len(epochs) > 1 else (
+        f", epoch {epochs[0]}" if epochs else "")
+    driver_text = " plus the driver" if "driver" in workers else ""
+    marks = epoch_starts([r for r in records if r["kind"] == "fit"], "iteration")
     charts = []
     for metric in METRIC_FIELDS:
         series = _metric_series(records, metric)
         if series:
-            charts.append(_chart(metric, series, workers))
+            charts.append(_chart(metric, series, workers, marks))
+            if metric == "loss":
+                validation = _validation_series(records)
+                if validation:
+                    charts.append(_chart("validation", validation, sorted(validation), marks))
+    if not any('data-metric="loss"' in c for c in charts):
+        validation = _validation_series(records)
+        if validation:
+            charts.insert(0, _chart("validation", validation, sorted(validation), marks))
     raw = json.dumps(records, default=str).replace("</", "<\\/")
     body = [
         f"<h1>{_esc(title)}: training statistics</h1>",
-        f"<p>{len(workers)} worker(s), {len(events)} event(s); {_esc(span)}. "
-        f"Generated {_esc(_utc(time.time()))}.</p>",
+        f'<p class="headline">{len(executors)} worker(s){driver_text}; {steps:,} steps{epoch_text}; '
+        f"{len(events)} event(s); {_esc(span)}. Generated {_esc(_utc(time.time()))}.</p>",
         f'<p class="caveat"><b>About the timestamps.</b> {_esc(CLOCK_CAVEAT)}</p>',
-        "<h2>Timeline (one row per worker)</h2>",
+        "<h2>Timeline (one row per worker; dashed lines: epoch starts)</h2>",
         _legend(kinds),
         _timeline(events, workers),
+        "<h2>Per worker</h2>",
+        _worker_table(events, executors) if events and executors else '<p class="empty">No timed events.</p>',
         "<h2>Time per activity</h2>",
         _summary(events, workers) if events else '<p class="empty">No timed events.</p>',
         "<h2>Per-step metrics</h2>",
@@ -296,6 +443,13 @@ def render_stats_html(
         f"<title>{_esc(title)}: training statistics</title><style>{_CSS}</style></head>"
         f"<body>{''.join(body)}</body></html>\n"
     )
+
+
+def export_chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], path: str) -> str:
+    """The same timeline as Trace Event JSON (Perfetto, chrome://tracing); see psrv.spark.chrome_trace."""
+    from psrv.spark.chrome_trace import export_chrome_trace as export
+
+    return export(stats, path)
 
 
 def export_stats_html(

@@ -337,3 +337,15 @@ class Controller(Endpoint):
     def status(self, timeout_s: float = 10.0) -> dict[str, Any]:
         """The controller's view (what `psrv status` prints), taken on the I/O thread."""
         return self.call(self._status, timeout_s)
+
+    def node_stats(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+        """Each node's latest heartbeat stats (online, then departed), without the parameter checksum
+        that ``status`` computes: cheap enough for a driver's progress display to poll."""
+
+        def collect() -> list[dict[str, Any]]:
+            online = [{"id": r.node_id, "state": "online", "stats": dict(r.stats)}
+                      for r in self._records.values()]
+            departed = [{"id": r.node_id, "state": r.state, "stats": dict(r.stats)} for r in self._departed]
+            return online + departed
+
+        return self.call(collect, timeout_s)
