@@ -212,25 +212,33 @@ class Node(Endpoint):
         Never raises for a timeout: the result's status says "unavailable".
         """
         deadline = time.monotonic() + max(0.0, float(timeout_s))
+        last = "no snapshot arrived"
         try:
-            self.call(self._request_check, timeout_s=max(0.1, deadline - time.monotonic()))
-            while True:
-                result = self.call(lambda: self._finish_check(tolerance),
-                                   timeout_s=max(0.1, deadline - time.monotonic()))
-                if result is not None:
+            requested = False
+            while time.monotonic() < deadline:
+                remaining = max(0.1, deadline - time.monotonic())
+                if not requested:
+                    requested = self.call(self._request_check, timeout_s=remaining)
+                    if not requested:  # (re)joining or re-syncing: ask once it runs again
+                        last = f"node is {self.state}"
+                        time.sleep(0.05)
+                        continue
+                result = self.call(lambda: self._finish_check(tolerance), timeout_s=remaining)
+                if isinstance(result, ReplicaCheck):
                     return result
-                if time.monotonic() >= deadline:
-                    break
+                if result == "resynced":  # the replica was replaced meanwhile: check the new one
+                    requested, last = False, "a re-sync replaced the replica during the check"
+                    continue
                 time.sleep(0.02)
         except (TransportError, TimeoutError) as exc:
             return ReplicaCheck("unavailable", detail=f"{type(exc).__name__}: {exc}")
         finally:
             self._check_request, self._check_snapshot = 0, None
-        return ReplicaCheck("unavailable", detail=f"no snapshot covered by this replica within {timeout_s} s")
+        return ReplicaCheck("unavailable", detail=f"no comparable snapshot within {timeout_s} s ({last})")
 
-    def _request_check(self) -> None:
+    def _request_check(self) -> bool:
         if self.state is not NodeState.RUNNING or self._ctrl is None:
-            raise NotRunningError(f"node {self.node_id} is {self.state}, not running: nothing to check")
+            return False
         self._request_id += 1
         self._check_request, self._check_snapshot = self._request_id, None
         self._post(
@@ -238,14 +246,19 @@ class Node(Endpoint):
             Message(Op.PARAMS_REQUEST, {"request_id": self._request_id, "want_updater": False},
                     src=self.node_id),
         )
+        return True
 
-    def _finish_check(self, tolerance: float) -> ReplicaCheck | None:
-        """On the I/O thread: the verdict once the snapshot is here and covered, else None."""
+    def _finish_check(self, tolerance: float) -> ReplicaCheck | str | None:
+        """On the I/O thread: the verdict once the snapshot is here and covered, "resynced" when the
+        replica was replaced meanwhile (ask again), else None (not yet)."""
         if self._check_snapshot is None:
+            if self.state is not NodeState.RUNNING:
+                return "resynced"
             return None
         master, watermark, extra, resyncs = self._check_snapshot
         if self.counters_["resyncs"] != resyncs or self.state is not NodeState.RUNNING:
-            return ReplicaCheck("unavailable", detail="a re-sync replaced this replica during the check")
+            self._check_request, self._check_snapshot = 0, None
+            return "resynced"
         if not covers(self.seen, watermark, extra):
             return None
         from psrv.encoding import decode

@@ -178,6 +178,7 @@ def test_more_partitions_than_task_slots_does_not_deadlock(spark_context, digits
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.timeout(480)
 def test_torch_network_replicas_equal_the_master(spark_context, digits) -> None:
     """Issue 9 on Spark: TorchNetwork trained by gradient sharing; every task's replica equals the master
     copy after the drain (the old compute_update lost updates decoded during its steps)."""
@@ -189,7 +190,8 @@ def test_torch_network_replicas_equal_the_master(spark_context, digits) -> None:
     module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,), seed=5,
                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
-    spark_net = SparkNetwork(spark_context, net, _master("plain", "direct"))
+    # executors import torch first: a generous join timeout (it counts from job submission)
+    spark_net = SparkNetwork(spark_context, net, _master("plain", "direct", conf={"join_timeout_ms": 120_000}))
     accuracy, totals = _fit_until(spark_net, spark_context.parallelize(list(train.batches(50)), 2), test,
                                   0.90, 6, min_epochs=2)
     fit = spark_net.training_master.last_fit
