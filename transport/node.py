@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -85,8 +86,12 @@ class Node(Endpoint):
         lock: threading.RLock | None = None,
         apply: ApplyHook | None = None,
         want_updater_state: bool = False,
+        installed: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         super().__init__(config, params, lock=lock, apply=apply)
+        # with an apply hook the live parameters are elsewhere (e.g. on a GPU): ``params`` is then only the
+        # download target, and ``installed(params)`` is called (under the lock) after each download
+        self._installed = installed
         self.controller_address = controller_address
         self.want_updater_state = want_updater_state
         self.updater_state: np.ndarray | None = None  # downloaded with the params when asked for
@@ -481,6 +486,8 @@ class Node(Endpoint):
         replayed = 0
         with self.lock:
             np.copyto(self.params, master, casting="same_kind")
+            if self._installed is not None:
+                self._installed(self.params)
             if msg["updater_dtype"] is not None:
                 self.updater_state = np.frombuffer(
                     msg.buffers[1], dtype=np.dtype(msg["updater_dtype"])
@@ -540,6 +547,9 @@ class Node(Endpoint):
 
     # ------------------------------------------------------------------ internals
     def _decode(self, payload: np.ndarray) -> None:
+        if self._apply_hook is not None:  # the live parameters are behind the hook
+            self._apply_hook(payload, {})
+            return
         from psrv.encoding import decode
 
         decode(payload, self.params)
