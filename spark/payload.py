@@ -67,8 +67,8 @@ class NetworkPayload:
     def build(self, device: Any = None) -> Any:
         """A new network equal to the one this payload was made from (a torch one on ``device``)."""
         if self.blob is not None:
-            network = self.factory.from_bytes(self.blob) if device is None \
-                else self.factory.from_bytes(self.blob, device=device)
+            network = self.factory.from_bytes(self.blob, device=device) if device is not None \
+                and _takes_device(self.factory) else self.factory.from_bytes(self.blob)
         else:
             from psrv.nn import Network
 
@@ -109,6 +109,15 @@ class NetworkPayload:
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
         return network
+
+
+def _takes_device(factory: Any) -> bool:
+    import inspect
+
+    try:
+        return "device" in inspect.signature(factory.from_bytes).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def task_device() -> Any:

@@ -181,7 +181,7 @@ def _partition_trainer(
                           epoch=int(setup.payload.epoch))
         started = events.now()
         network = training_network(setup.payload)
-        events.add("setup", started, events.now())
+        events.add("setup", started, events.now(), device=str(getattr(network, "device", "cpu")))
 
         on_device = wants_device_sharing(network, bool(setup.extra.get("device_sharing")))
         encoder = ResidualEncoder(

@@ -40,7 +40,7 @@ def test_gradient_sharing_on_the_device_path_returns_the_average_of_the_workers_
         spark_context, digits, tmp_path) -> None:
     train, test = digits
     network = _cnn(3)
-    conf = VoidConfiguration(unicast_port=0, mesh_build_mode="plain", heartbeat_ms=500,
+    conf = VoidConfiguration(unicast_port=0, mesh_build_mode="plain", heartbeat_ms=2000,
                              join_timeout_ms=120_000)  # executors import torch first: slow on a busy host
     master = SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach="direct",
                                   threshold_algorithm=AdaptiveThreshold(3e-2))
@@ -80,3 +80,27 @@ def test_parameter_averaging_averages_the_buffers(spark_context, digits, tmp_pat
         spark_net.fit(spark_context.parallelize(list(train.batches(16)), 2))
     assert network.evaluate(test).accuracy() >= 0.85
     _assert_saved_buffers_round_trip(network, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs CUDA (torch.cuda.is_available() is False here)")
+def test_two_workers_sharing_one_gpu_train_digits_with_the_driver_on_cpu(spark_context, digits) -> None:
+    train, test = digits
+    network = _cnn(5)  # the driver's network stays on the CPU
+    conf = VoidConfiguration(unicast_port=0, mesh_build_mode="plain", heartbeat_ms=1000,
+                             join_timeout_ms=120_000)
+    master = SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach="direct",
+                                  threshold_algorithm=AdaptiveThreshold(3e-2), collect_training_stats=True)
+    spark_net = SparkNetwork(spark_context, network, master)
+    rdd = spark_context.parallelize(list(train.batches(50)), 2)
+    accuracy = 0.0
+    for _ in range(8):
+        spark_net.fit(rdd)
+        accuracy = network.evaluate(test).accuracy()
+        if accuracy >= 0.90:
+            break
+    assert accuracy >= 0.90
+    assert network.device.type == "cpu"
+    devices = {e["device"] for e in spark_net.get_training_stats() if e["kind"] == "setup"}
+    assert devices == {"cuda:0"}, devices  # both workers on the one GPU (partition % 1 GPU)

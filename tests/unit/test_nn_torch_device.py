@@ -218,3 +218,37 @@ def test_a_cuda_module_keeps_its_parameters_on_cuda() -> None:
     copy = TorchNetwork.from_bytes(network.to_bytes())
     assert copy.device == network.device
     np.testing.assert_array_equal(copy.params, network.params)
+
+
+def test_executor_side_builds_consult_the_task_device(monkeypatch) -> None:
+    """Training (training_network) and evaluation/inference (cached_network) build a torch network on
+    the task's device; here PSRV_DEVICE steers it (CPU only in CI)."""
+    from psrv.spark.payload import NetworkPayload
+    from psrv.spark.worker import training_network
+
+    network = net()
+    for _ in range(2):
+        network.compute_update(*batch())
+    payload = NetworkPayload.from_network(network, with_updater=True)
+    monkeypatch.setenv(spark_device.DEVICE_ENV, "cpu")
+    for built in (payload.cached_network(), training_network(payload)):
+        assert built.device == torch.device("cpu")
+        np.testing.assert_array_equal(built.params, network.params)
+        for name, value in built.get_buffers().items():
+            np.testing.assert_array_equal(value, network.get_buffers()[name])
+    if not CUDA:
+        monkeypatch.setenv(spark_device.DEVICE_ENV, "cuda:0")
+        fresh = NetworkPayload.from_network(network)
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            fresh.cached_network()
+
+
+def test_a_file_saved_on_a_missing_gpu_loads_on_the_cpu(caplog) -> None:
+    if CUDA:
+        pytest.skip("this host has CUDA: the saved device exists")
+    network = net()
+    network.device = torch.device("cuda", 0)  # only what to_bytes records: as if saved on a GPU host
+    data = network.to_bytes()
+    with caplog.at_level(logging.WARNING, logger="psrv.nn.torch_adapter"):
+        loaded = TorchNetwork.from_bytes(data, source="gpu.pt")
+    assert loaded.device == torch.device("cpu") and "gpu.pt: saved from cuda:0" in caplog.text
