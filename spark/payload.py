@@ -68,7 +68,7 @@ class NetworkPayload:
         """A new network equal to the one this payload was made from (a torch one on ``device``)."""
         if self.blob is not None:
             network = self.factory.from_bytes(self.blob, device=device) if device is not None \
-                and _takes_device(self.factory) else self.factory.from_bytes(self.blob)
+                and takes_device(self.factory) else self.factory.from_bytes(self.blob)
         else:
             from psrv.nn import Network
 
@@ -103,7 +103,7 @@ class NetworkPayload:
             if network is not None:
                 _cache.move_to_end(self.key)
                 return network
-        network = self.build(device=task_device() if self.blob is not None else None)
+        network = self.build(device=task_device() if takes_device(self.factory) else None)
         with _cache_lock:
             _cache[self.key] = network
             while len(_cache) > _CACHE_SIZE:
@@ -111,9 +111,12 @@ class NetworkPayload:
         return network
 
 
-def _takes_device(factory: Any) -> bool:
+def takes_device(factory: Any) -> bool:
+    """Whether a network class builds on a chosen device (``from_bytes(..., device=)``: TorchNetwork)."""
     import inspect
 
+    if factory is None:
+        return False
     try:
         return "device" in inspect.signature(factory.from_bytes).parameters
     except (TypeError, ValueError):

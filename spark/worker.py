@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from psrv.spark.batching import as_dataset
-from psrv.spark.payload import NetworkPayload
+from psrv.spark.payload import NetworkPayload, takes_device
 
 _training_networks: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -38,7 +38,7 @@ def training_network(payload: NetworkPayload) -> Any:
     psrv.spark.device); later tasks only copy the vectors and buffers in.
     """
     device = None
-    if payload.blob is not None:
+    if takes_device(payload.factory):
         from psrv.spark.device import task_device
 
         device = task_device()
