@@ -108,9 +108,9 @@ def _bitmap(hit: torch.Tensor, where: torch.Tensor, negative: torch.Tensor, word
 
 
 def _bits_set(words: torch.Tensor) -> torch.Tensor:
-    """(words, 32) int64 0/1 of every bit of int32 words (as unsigned)."""
-    unsigned = words.to(torch.int64) & 0xFFFF_FFFF
-    return (unsigned[:, None] >> torch.arange(32, dtype=torch.int64, device=words.device)) & 1
+    """(words, 32) int32 0/1 of every bit of int32 words (bit 31 too: an arithmetic shift keeps it)."""
+    words = words.to(torch.int32)
+    return (words[:, None] >> torch.arange(32, dtype=torch.int32, device=words.device)) & 1
 
 
 def _message_tensor(message: torch.Tensor) -> torch.Tensor:
@@ -134,10 +134,11 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     header = message[:HEADER_WORDS].tolist()
     first, n, _, form = header
     tau = codec.check_header(header, length)
-    body = message[HEADER_WORDS:].to(torch.int64)
+    body = message[HEADER_WORDS:]
     if form == codec.SPARSE:
         if first == 0:
             return form, n, tau, 0
+        body = body.to(torch.int64)  # |int32 min| needs 64 bits
         magnitude = body.abs()
         previous = torch.cat([magnitude.new_zeros(1), magnitude[:-1]])
         zero, out_of_range, unordered = body == 0, magnitude > n, magnitude <= previous
@@ -157,7 +158,7 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     tail = n % _WORD
     if tail and body.shape[0] > 0 and bool(values[-1, tail:].any()):
         raise MalformedMessageError(codec.bitmap_problem(k.BAD_PADDING, int(body.shape[0]) - 1, n))
-    return form, n, tau, int(values.sum())
+    return form, n, tau, int(values.sum(dtype=torch.int64))
 
 
 def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
