@@ -252,3 +252,29 @@ def test_a_file_saved_on_a_missing_gpu_loads_on_the_cpu(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="psrv.nn.torch_adapter"):
         loaded = TorchNetwork.from_bytes(data, source="gpu.pt")
     assert loaded.device == torch.device("cpu") and "gpu.pt: saved from cuda:0" in caplog.text
+
+
+def test_task_device_takes_the_gpu_spark_assigned(monkeypatch, caplog) -> None:
+    """TaskContext is Spark's (outside psrv): a stand-in says which GPU the task was given."""
+    import pyspark
+
+    class Gpus:
+        addresses = ["0"]
+
+    class Context:
+        def resources(self):
+            return {"gpu": Gpus()}
+
+        def partitionId(self):  # noqa: N802 - Spark's name
+            return 3
+
+    monkeypatch.delenv(spark_device.DEVICE_ENV, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Context()))
+    with caplog.at_level(logging.INFO, logger="psrv.spark.device"):
+        chosen = spark_device.task_device()
+    if CUDA:
+        assert chosen == torch.device("cuda", 0) and "Spark assigned GPU 0" in caplog.text
+    else:  # assigned a GPU torch cannot use: said so, then the automatic choice (the CPU here)
+        assert chosen == torch.device("cpu")
+        assert "Spark assigned GPU 0, which torch cannot use" in caplog.text
