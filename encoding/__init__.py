@@ -1,5 +1,6 @@
 """psrv.encoding: threshold encoding of sparse updates (numba kernels), threshold algorithms and
-residual post-processing.
+residual post-processing. ``psrv.encoding.device`` is the same codec written with torch tensor ops (for
+residuals and parameters on a GPU); it needs torch, so it is imported explicitly, not from here.
 
 The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DIR``) points; see
 ``psrv.encoding._numba_cache``.

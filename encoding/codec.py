@@ -243,47 +243,67 @@ def _from_bytes(buffer) -> np.ndarray:
     return raw.view(_WIRE_INT32).astype(np.int32, copy=False)
 
 
-def _parse(message) -> tuple[np.ndarray, MessageInfo]:
-    """Fully validate a message (header, length, body); return it as int32 and its header info."""
-    array = _as_message_array(message)
-    if array.shape[0] < HEADER_WORDS:
-        raise MalformedMessageError(
-            f"message has {array.shape[0]} int32 words; a header alone is {HEADER_WORDS}")
-    first, n, tau_bits, form = array[:HEADER_WORDS].tolist()
+def check_header(header: list[int], length: int) -> float:
+    """Check a message's header words and total length (in int32 words) against each other; return tau.
+
+    The one place the header rules live: the numba codec here and the torch codec
+    (psrv.encoding.device) both call it before looking at the body.
+    """
+    first, n, tau_bits, form = header
     tau = _F32_FROM_BITS.unpack(_I32.pack(tau_bits))[0]
     if not (math.isfinite(tau) and tau > 0):
         raise MalformedMessageError(f"header threshold must be a positive finite float32, got {tau!r}")
     if n < 0:
         raise MalformedMessageError(f"header length N must be >= 0, got {n}")
     if form == SPARSE:
-        count = first
-        if count < 0:
-            raise MalformedMessageError(f"sparse header count must be >= 0, got {count}")
-        if array.shape[0] != HEADER_WORDS + count:
-            raise MalformedMessageError(f"sparse message has {array.shape[0] - HEADER_WORDS} indices but its "
-                                        f"header says {count}")
-        code, position = k.validate_sparse(array, n)
-        if code != k.OK:
-            raise MalformedMessageError(_sparse_problem(code, position, int(array[position]), n))
+        if first < 0:
+            raise MalformedMessageError(f"sparse header count must be >= 0, got {first}")
+        if length != HEADER_WORDS + first:
+            raise MalformedMessageError(f"sparse message has {length - HEADER_WORDS} indices but its "
+                                        f"header says {first}")
     elif form == BITMAP:
         if first != n:
             raise MalformedMessageError(f"bitmap header must repeat N in its first word, got {first} and {n}")
         words = bitmap_words(n)
-        if array.shape[0] != HEADER_WORDS + words:
-            raise MalformedMessageError(f"bitmap message has {array.shape[0] - HEADER_WORDS} words; N={n} "
+        if length != HEADER_WORDS + words:
+            raise MalformedMessageError(f"bitmap message has {length - HEADER_WORDS} words; N={n} "
                                         f"needs {words}")
-        bitmap = array[HEADER_WORDS:].view(np.uint32)
-        code, position, count = k.validate_bitmap(bitmap, n)
-        if code == k.BAD_SIGN_WITHOUT_VALUE:
-            raise MalformedMessageError(f"bitmap word {position} sets a sign bit without its value bit")
-        if code == k.BAD_PADDING:
-            raise MalformedMessageError(f"bitmap word {position} sets bits beyond element N={n}")
     else:
         raise MalformedMessageError(f"unknown message form {form} (expected 0 = sparse or 1 = bitmap)")
+    return tau
+
+
+def check_too_short(length: int) -> None:
+    if length < HEADER_WORDS:
+        raise MalformedMessageError(f"message has {length} int32 words; a header alone is {HEADER_WORDS}")
+
+
+def bitmap_problem(code: int, position: int, n: int) -> str:
+    if code == k.BAD_SIGN_WITHOUT_VALUE:
+        return f"bitmap word {position} sets a sign bit without its value bit"
+    return f"bitmap word {position} sets bits beyond element N={n}"
+
+
+def _parse(message) -> tuple[np.ndarray, MessageInfo]:
+    """Fully validate a message (header, length, body); return it as int32 and its header info."""
+    array = _as_message_array(message)
+    check_too_short(array.shape[0])
+    first, n, tau_bits, form = header = array[:HEADER_WORDS].tolist()
+    tau = check_header(header, array.shape[0])
+    if form == SPARSE:
+        count = first
+        code, position = k.validate_sparse(array, n)
+        if code != k.OK:
+            raise MalformedMessageError(sparse_problem(code, position, int(array[position]), n))
+    else:
+        bitmap = array[HEADER_WORDS:].view(np.uint32)
+        code, position, count = k.validate_bitmap(bitmap, n)
+        if code != k.OK:
+            raise MalformedMessageError(bitmap_problem(code, position, n))
     return array, MessageInfo(form=FORM_NAMES[form], count=count, n=n, tau=tau)
 
 
-def _sparse_problem(code: int, position: int, value: int, n: int) -> str:
+def sparse_problem(code: int, position: int, value: int, n: int) -> str:
     where = f"index #{position - HEADER_WORDS} (value {value})"
     if code == k.BAD_ZERO_INDEX:
         return f"sparse {where} is zero; indices are 1-based"

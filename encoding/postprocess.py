@@ -50,13 +50,19 @@ class ResidualClipping:
         self.every = every
         self.steps = 0
 
-    def process(self, residual: np.ndarray, threshold: float) -> None:
+    def process(self, residual: Any, threshold: float) -> None:
         """Count one step; on every ``every``-th, clip (tau rounded to float32, as the encoder uses it)."""
         self.steps += 1
         if self.steps % self.every:
             return
-        limit = residual.dtype.type(self.multiple * float(float32_threshold(threshold)))
-        np.clip(residual, -limit, limit, out=residual)
+        tau = float(float32_threshold(threshold))
+        if isinstance(residual, np.ndarray):
+            limit = residual.dtype.type(self.multiple * tau)
+            np.clip(residual, -limit, limit, out=residual)
+        else:  # a torch tensor (psrv.encoding.device): the same limit, rounded to its dtype first
+            limit = float(np.float32(self.multiple * tau) if str(residual.dtype) == "torch.float32"
+                          else self.multiple * tau)
+            residual.clamp_(-limit, limit)
 
     def get_state(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,

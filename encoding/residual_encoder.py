@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 from psrv.encoding.codec import encode_counted
@@ -19,17 +20,29 @@ class ResidualEncoder:
     Defaults follow DL4J's shared training: AdaptiveThreshold() and ResidualClipping(5, 5).
     Pass ``post_processor=NoResidualPostProcessor()`` to disable clipping. With ``debug=True`` each
     step also computes ``last_stats`` (an EncodingStats of the residual before encoding).
+
+    With ``device`` (a torch device such as "cuda:0" or "cpu") the residual is a torch tensor there,
+    updates are torch tensors and messages are int32 tensors on that device (psrv.encoding.device, the
+    same wire format); the threshold algorithm and clipping behave the same and only the hit count
+    crosses to the host each step (the debug statistics copy the residual to the host).
     """
 
     def __init__(self, size: int, *, dtype=np.float32, threshold_algorithm: ThresholdAlgorithm | None = None,
                  post_processor: ResidualPostProcessor | None = None, debug: bool = False,
-                 threads: int = 1) -> None:
+                 threads: int = 1, device: Any = None) -> None:
         if not isinstance(size, int | np.integer) or size < 0:
             raise ValueError(f"size must be a non-negative int, got {size!r}")
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-        self.residual: np.ndarray = np.zeros(int(size), dtype=dtype)
+        self.device = device
+        if device is None:
+            self.residual: Any = np.zeros(int(size), dtype=dtype)
+        else:
+            import torch
+
+            torch_dtype = torch.float32 if dtype == np.dtype(np.float32) else torch.float64
+            self.residual = torch.zeros(int(size), dtype=torch_dtype, device=device)
         self.threshold_algorithm = (threshold_algorithm if threshold_algorithm is not None
                                     else AdaptiveThreshold())
         self.post_processor = post_processor if post_processor is not None else ResidualClipping()
@@ -43,13 +56,15 @@ class ResidualEncoder:
     def size(self) -> int:
         return int(self.residual.shape[0])
 
-    def encode_update(self, update: np.ndarray) -> np.ndarray | None:
+    def encode_update(self, update: Any) -> Any:
         """residual += update; encode with the current tau; post-process; let the algorithm observe.
 
         Returns the message (None when nothing reached tau). The caller applies the message to its own
         parameters (decode) and hands it on. If the residual turns non-finite, NonFiniteResidualError
         propagates and the residual keeps the update added (nothing was emitted for this step).
         """
+        if self.device is not None:
+            return self._encode_on_device(update)
         update = np.asarray(update)
         if update.shape != self.residual.shape:
             raise ValueError(
@@ -61,6 +76,31 @@ class ResidualEncoder:
         if self.debug:
             self.last_stats = encoding_stats(self.residual, tau)
         message, count = encode_counted(self.residual, tau, threads=self.threads)
+        return self._after_encode(message, count, tau)
+
+    def _encode_on_device(self, update: Any) -> Any:
+        import torch
+        from psrv.encoding import device
+
+        if not isinstance(update, torch.Tensor):
+            update = torch.as_tensor(np.asarray(update))
+        if tuple(update.shape) != tuple(self.residual.shape):
+            raise ValueError(f"update has shape {tuple(update.shape)}; this encoder's residual is "
+                             f"{tuple(self.residual.shape)}")
+        if not update.is_floating_point():
+            raise TypeError(f"update must be a float tensor, got dtype {update.dtype}")
+        update = update.to(self.residual.device)
+        if update.dtype == self.residual.dtype:
+            self.residual.add_(update)
+        else:  # as numpy's same_kind add: computed in the wider type, rounded once into the residual
+            self.residual.copy_(self.residual + update)
+        tau = self.threshold_algorithm.threshold
+        if self.debug:
+            self.last_stats = encoding_stats(self.residual.cpu().numpy(), tau)
+        message, count = device.encode_counted(self.residual, tau)
+        return self._after_encode(message, count, tau)
+
+    def _after_encode(self, message: Any, count: int, tau: float) -> Any:
         self.post_processor.process(self.residual, tau)
         self.threshold_algorithm.observe(count, self.size)
         self.steps += 1

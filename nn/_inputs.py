@@ -167,7 +167,8 @@ def fit_epochs(net: Any, data: Any, epochs: int, batch_size: int, shuffle: bool)
         rng = np.random.default_rng([net.seed, net.epoch, 7]) if shuffle else None
         seen = 0
         for features, labels, mask in minibatches(data, batch_size, rng):
-            update, _ = net.compute_update(features, labels, mask)
+            compute = getattr(net, "compute_update_tensor", net.compute_update)  # a GPU step stays there
+            update, _ = compute(features, labels, mask)
             net.apply_update(update)
             seen += 1
         if seen == 0:

@@ -1,9 +1,22 @@
 """PyTorch behind the psrv.nn network contract (optional extra ``torch``).
 
 ``TorchNetwork`` wraps any ``torch.nn.Module``, a torch loss and a torch optimizer. Every parameter of
-the module is re-pointed into ONE flat float32 buffer (and every gradient into another), so ``params``
-is a NumPy view of the same memory torch computes with: the decoder writes it, the encoder reads it,
-without copies. torch is imported lazily, so ``import psrv.nn`` works without it.
+the module is re-pointed into ONE flat buffer (float32 or float64, the module's dtype; every gradient
+into another), so on the CPU ``params`` is a NumPy view of the same memory torch computes with: the
+decoder writes it, the encoder reads it, without copies. torch is imported lazily, so
+``import psrv.nn`` works without it.
+
+Devices: the network lives on one device (``device=``; by default the module's own, never moved
+silently). The flat parameters, flat gradients, step buffer, optimizer state (and, on a Spark worker,
+the residual and the encoding) all live there. ``params`` is the runtime contract: on the CPU it is the
+live NumPy view of the flat buffer (no copy); on another device there is no host view, so ``params``,
+``gradients``, ``updater_state``, ``get_buffers()``, ``compute_update`` and ``output`` return HOST
+COPIES (each call copies). A device worker uses ``flat_params`` and ``compute_update_tensor`` instead,
+which stay on the device (see psrv.spark.device).
+
+Buffers that are not parameters (BatchNorm running statistics, counters) are network state too:
+``get_buffers()``/``set_buffers()`` move them by name; Spark ships, returns and averages them, and
+``save``/``load`` keep them.
 
 ``compute_update`` runs forward and backward on the live parameters, then ``optimizer.step()`` on a
 separate *step buffer* (a second flat vector the optimizer owns, loaded with a copy of the live
@@ -15,8 +28,9 @@ of DESIGN.md, "How an update travels"). Only ``set_params``, ``apply_update`` an
 from __future__ import annotations
 
 import io
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +39,8 @@ from psrv.nn._files import write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
 from psrv.nn.eval_classification import Evaluation
 from psrv.nn.normalizers import normalizer_from_state
+
+log = logging.getLogger(__name__)
 
 FORMAT = "psrv.nn.TorchNetwork"
 FORMAT_VERSION = 1
@@ -47,6 +63,10 @@ class TorchNetwork(_inputs.TrainingCounters):
     the module's raw outputs into what ``output()`` returns (logits for CrossEntropyLoss -> softmax).
     ``targets`` says what the loss takes: "onehot" float rows (default; CrossEntropyLoss accepts class
     probabilities) or "index" class indices (NLLLoss).
+
+    ``device``: None keeps the module where it is (its parameters must all be on one device, float32 or
+    float64: that dtype is kept); "cpu", "cuda", "cuda:1" move the module there on purpose; "auto" picks
+    the current CUDA device when CUDA is available, else the CPU, and logs which.
     """
 
     def __init__(
@@ -58,6 +78,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         output_activation: str | None = "softmax",
         targets: str = "onehot",
         seed: int | None = None,
+        device: Any = None,
     ) -> None:
         torch = _torch()
         if seed is not None:
@@ -72,11 +93,13 @@ class TorchNetwork(_inputs.TrainingCounters):
             )
         if targets not in ("onehot", "index"):
             raise ConfigError(f"targets must be 'onehot' or 'index', got {targets!r}")
+        self.device, torch_dtype = _place(module, device)
         self.module = module
         self.loss_fn = loss
         self.output_activation = output_activation
         self.targets = targets
-        self.dtype = np.dtype(np.float32)
+        self._torch_dtype = torch_dtype
+        self.dtype = np.dtype(str(torch_dtype).removeprefix("torch."))
         self._bind_flat_buffers()
         if optimizer is None:
             optimizer = lambda ps: torch.optim.Adam(ps, lr=1e-3)  # noqa: E731
@@ -96,7 +119,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         with torch.no_grad():
             was_training = module.training
             module.eval()
-            probe = module(torch.zeros((1, *self.input_shape)))
+            probe = module(torch.zeros((1, *self.input_shape), dtype=torch_dtype, device=self.device))
             module.train(was_training)
         if probe.ndim != 2:
             raise ConfigError(f"the module must output (n, k) rows, got shape {tuple(probe.shape)}")
@@ -110,19 +133,19 @@ class TorchNetwork(_inputs.TrainingCounters):
         torch = _torch()
         self._param_list = [p for p in self.module.parameters() if p.requires_grad]
         total = sum(p.numel() for p in self._param_list)
-        self._flat = torch.zeros(total, dtype=torch.float32)
-        self._flat_grad = torch.zeros(total, dtype=torch.float32)
+        self._flat = torch.zeros(total, dtype=self._torch_dtype, device=self.device)
+        self._flat_grad = torch.zeros(total, dtype=self._torch_dtype, device=self.device)
         offset = 0
         self._grad_ptrs = []
         with torch.no_grad():
             for p in self._param_list:
                 n = p.numel()
-                self._flat[offset : offset + n].copy_(p.detach().reshape(-1).to(torch.float32))
+                self._flat[offset : offset + n].copy_(p.detach().reshape(-1))
                 p.data = self._flat[offset : offset + n].view_as(p)
                 p.grad = self._flat_grad[offset : offset + n].view_as(p)
                 self._grad_ptrs.append(p.grad.data_ptr())
                 offset += n
-        self._params_np = self._flat.numpy()
+        self._params_np = self._flat.numpy() if self.on_host else None
         # the optimizer's own copy of the parameters: it steps these, never the live ones, and reads the
         # same gradient memory (each step parameter's .grad is the live parameter's gradient view)
         self._step_flat = self._flat.clone()
@@ -162,23 +185,78 @@ class TorchNetwork(_inputs.TrainingCounters):
     # --- the flat vectors -------------------------------------------------------------------------
 
     @property
+    def on_host(self) -> bool:
+        """True when the network lives on the CPU: ``params`` is then the live memory, not a copy."""
+        return self.device.type == "cpu"
+
+    @property
     def params(self) -> np.ndarray:
-        """The live flat float32 parameter vector (the module computes with this very memory)."""
-        return self._params_np
+        """The flat parameter vector: on the CPU the live view the module computes with; on another
+        device a host COPY (use ``flat_params`` there)."""
+        if self._params_np is not None:
+            return self._params_np
+        return self._flat.detach().cpu().numpy()
+
+    @property
+    def flat_params(self) -> Any:
+        """The live flat parameter tensor on the network's device (what a device decoder writes)."""
+        return self._flat
 
     @property
     def num_params(self) -> int:
-        return int(self._params_np.size)
+        return int(self._flat.numel())
 
     @property
     def gradients(self) -> np.ndarray:
-        return self._flat_grad.numpy()
+        return self._flat_grad.cpu().numpy() if not self.on_host else self._flat_grad.numpy()
 
-    def set_params(self, params: np.ndarray) -> None:
-        self._params_np[...] = _flat(params, self.num_params, "params")
+    def _on_device(self, vec: Any, what: str) -> Any:
+        torch = _torch()
+        tensor = vec if isinstance(vec, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(vec))
+        if tuple(tensor.shape) != (self.num_params,):
+            raise InvalidInputError(
+                f"{what}: expected a flat vector of shape ({self.num_params},), "
+                f"got shape {tuple(tensor.shape)}")
+        return tensor.to(self.device)
 
-    def apply_update(self, update: np.ndarray) -> None:
-        self._params_np += _flat(update, self.num_params, "update")
+    def set_params(self, params: Any) -> None:
+        """Overwrite the parameters (a host array or a tensor; one host-to-device copy off the CPU)."""
+        if self._params_np is not None and not _is_tensor(params):
+            self._params_np[...] = _flat(params, self.num_params, "params")
+            return
+        with _torch().no_grad():
+            self._flat.copy_(self._on_device(params, "params"))
+
+    def apply_update(self, update: Any) -> None:
+        if self._params_np is not None and not _is_tensor(update):
+            self._params_np += _flat(update, self.num_params, "update")
+            return
+        with _torch().no_grad():
+            self._flat.add_(self._on_device(update, "update"))
+
+    # --- buffers (BatchNorm statistics, counters): state that is not a parameter ------------------------
+
+    def get_buffers(self) -> dict[str, np.ndarray]:
+        """Host copies of the module's buffers by name (running mean/var, num_batches_tracked ...)."""
+        return {name: b.detach().cpu().numpy().copy() for name, b in self.module.named_buffers()}
+
+    def set_buffers(self, buffers: Mapping[str, Any]) -> None:
+        """Overwrite the module's buffers by name (the names must be exactly the module's). Values are
+        cast to each buffer's dtype; integer counters are rounded (an average of counters may not be)."""
+        torch = _torch()
+        own = dict(self.module.named_buffers())
+        if set(buffers) != set(own):
+            raise InvalidInputError(f"buffers: expected the names {sorted(own)}, got {sorted(buffers)}")
+        with torch.no_grad():
+            for name, target in own.items():
+                value = np.asarray(buffers[name])
+                if value.shape != tuple(target.shape):
+                    raise InvalidInputError(
+                        f"buffers: {name!r} has shape {tuple(target.shape)}, got {value.shape}")
+                if not target.is_floating_point() and value.dtype.kind == "f":
+                    value = np.rint(value)
+                value = torch.from_numpy(np.array(value, copy=True)).to(target.dtype)
+                target.copy_(value.reshape(target.shape))
 
     def _state_slots(self) -> list[tuple[dict, str, Any]]:
         slots = []
@@ -196,7 +274,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         parts = []
         for _, _, value in self._state_slots():
             if isinstance(value, torch.Tensor):
-                parts.append(value.detach().reshape(-1).to(torch.float32).numpy())
+                parts.append(value.detach().reshape(-1).to(torch.float32).cpu().numpy())
             elif isinstance(value, int | float):
                 parts.append(np.array([value], dtype=np.float32))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
@@ -236,8 +314,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         return x, y, m
 
     def _loss(self, out: Any, y: np.ndarray, mask: np.ndarray | None) -> Any:
-        torch = _torch()
-        target = torch.from_numpy(y)
+        target = self._tensor(y)
         if self.targets == "index":
             target = target.argmax(dim=1)
         if mask is None:
@@ -250,12 +327,17 @@ class TorchNetwork(_inputs.TrainingCounters):
             per = self.loss_fn(out, target)
         finally:
             self.loss_fn.reduction = reduction
-        weights = torch.from_numpy(mask)
+        weights = self._tensor(mask)
         if per.ndim == 1 and weights.ndim == 2:
             raise InvalidInputError("mask: this loss gives one value per example; expected shape (n,)")
         if per.ndim == 2 and weights.ndim == 1:
             weights = weights[:, None]
         return (per * weights).sum() / per.numel()
+
+    def _tensor(self, array: np.ndarray) -> Any:
+        """A host batch as a tensor on the network's device (the only per-step host-to-device copy)."""
+        tensor = _torch().from_numpy(array)
+        return tensor if self.on_host else tensor.to(self.device, non_blocking=False)
 
     def _restore_grad_views(self) -> None:
         for i, p in enumerate(self._param_list):
@@ -269,10 +351,9 @@ class TorchNetwork(_inputs.TrainingCounters):
                 self._step_params[i].grad = p.grad
 
     def _gradient(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None) -> float:
-        torch = _torch()
         self._flat_grad.zero_()
         self.module.train()
-        loss = self._loss(self.module(torch.from_numpy(x)), y, mask)
+        loss = self._loss(self.module(self._tensor(x)), y, mask)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NonFiniteLossError(f"loss is {value} at iteration {self._iteration}: training diverged")
@@ -283,10 +364,19 @@ class TorchNetwork(_inputs.TrainingCounters):
     def compute_gradient(self, features: Any, labels: Any, mask: Any = None) -> tuple[np.ndarray, float]:
         x, y, m = self._prepare(features, labels, mask)
         loss = self._gradient(x, y, m)
-        return self._flat_grad.numpy().copy(), loss
+        return self._flat_grad.cpu().numpy().copy(), loss
 
     def compute_update(self, features: Any, labels: Any, mask: Any = None) -> tuple[np.ndarray, float]:
         """Forward, backward, optimizer.step(); returns (step to ADD, loss). Never writes ``params``.
+
+        The step is a NumPy array: on the CPU without a copy, on another device a host copy (use
+        ``compute_update_tensor`` to keep it on the device).
+        """
+        update, loss = self.compute_update_tensor(features, labels, mask)
+        return update.numpy() if self.on_host else update.cpu().numpy(), loss
+
+    def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None) -> tuple[Any, float]:
+        """As ``compute_update``, the step as a tensor on the network's device (no host copy).
 
         The optimizer steps the step buffer, loaded first with one read of the live parameters (which
         the node's I/O thread may be changing: the step is then taken from a slightly older point, as
@@ -303,7 +393,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             update = self._step_flat - base
         self._iteration += 1
         self.last_loss = loss
-        return update.numpy(), loss
+        return update, loss
 
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, shuffle: bool = True) -> None:
         _inputs.fit_epochs(self, data, epochs, batch_size, shuffle)
@@ -315,7 +405,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         self.module.eval()
         try:
             with torch.no_grad():
-                return self.module(torch.from_numpy(x))
+                return self.module(self._tensor(x))
         finally:
             self.module.train()
 
@@ -326,7 +416,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             out = torch.softmax(out, dim=1)
         elif self.output_activation == "sigmoid":
             out = torch.sigmoid(out)
-        return out.numpy()
+        return out.cpu().numpy()
 
     def predict(self, features: Any) -> np.ndarray:
         out = self.output(features)
@@ -381,6 +471,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             "targets": self.targets,
             "iteration": self._iteration,
             "epoch": self._epoch,
+            "device": str(self.device),
             "normalizer": self.normalizer.get_state() if self.normalizer is not None else None,
         }
         buffer = io.BytesIO()
@@ -388,10 +479,16 @@ class TorchNetwork(_inputs.TrainingCounters):
         return buffer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, source: str = "buffer") -> TorchNetwork:
+    def from_bytes(cls, data: bytes | bytearray | memoryview, source: str = "buffer",
+                   device: Any = None) -> TorchNetwork:
+        """Rebuild a network (module, buffers, optimizer state, counters) from ``to_bytes``.
+
+        ``device`` as in the constructor; None restores the device it was saved from when that exists
+        here, else the CPU (logged), so a file saved on a GPU host loads on a CPU-only one.
+        """
         torch = _torch()
         try:
-            payload = torch.load(io.BytesIO(bytes(data)), weights_only=False)
+            payload = torch.load(io.BytesIO(bytes(data)), weights_only=False, map_location="cpu")
         except Exception as exc:
             raise ModelFileError(f"{source}: not a readable TorchNetwork file: {exc}") from exc
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -403,6 +500,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             payload["module"], payload["loss"], payload["input_shape"],
             optimizer=lambda ps: optimizer_class(ps, **defaults),
             output_activation=payload["output_activation"], targets=payload["targets"],
+            device=device if device is not None else _saved_device(payload.get("device", "cpu"), source),
         )
         net.optimizer.load_state_dict(payload["optimizer_state"])
         net._iteration, net._epoch = payload["iteration"], payload["epoch"]
@@ -414,20 +512,88 @@ class TorchNetwork(_inputs.TrainingCounters):
         write_atomically(path, self.to_bytes())
 
     @classmethod
-    def load(cls, path: Any) -> TorchNetwork:
+    def load(cls, path: Any, device: Any = None) -> TorchNetwork:
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except OSError as exc:
             raise ModelFileError(f"cannot read TorchNetwork file {path!r}: {exc}") from exc
-        return cls.from_bytes(data, source=str(path))
+        return cls.from_bytes(data, source=str(path), device=device)
 
     def clone(self) -> TorchNetwork:
-        return TorchNetwork.from_bytes(self.to_bytes())
+        return TorchNetwork.from_bytes(self.to_bytes(), device=self.device)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         # pickling goes through the file form, so the copy re-binds its own flat buffer
         return (TorchNetwork.from_bytes, (self.to_bytes(),))
+
+
+def resolve_device(spec: Any) -> Any:
+    """A torch.device for "cpu", "cuda", "cuda:1", "auto" or a torch.device; a clear ConfigError for a
+    device that does not exist here. "auto": the current CUDA device when CUDA is available, else the CPU.
+    """
+    torch = _torch()
+    if isinstance(spec, str) and spec.strip().lower() == "auto":
+        chosen = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+        log.info("device='auto': using %s", chosen)
+        return chosen
+    try:
+        device = spec if isinstance(spec, torch.device) else torch.device(spec)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"device: expected 'cpu', 'cuda', 'cuda:<index>' or 'auto', got {spec!r}") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {spec!r}: CUDA is not available here (torch.cuda.is_available() is "
+                              "False); use device='auto' (CUDA when present, else CPU) or 'cpu'")
+        index = torch.cuda.current_device() if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {spec!r}: this host has {torch.cuda.device_count()} CUDA devices")
+        return torch.device("cuda", index)
+    if device.type != "cpu":
+        log.warning("device %s is neither CPU nor CUDA: psrv has not been tested there", device)
+    return device
+
+
+def _place(module: Any, device: Any) -> tuple[Any, Any]:
+    """(device, parameter dtype) of a module, moved to ``device`` when one is asked for (never otherwise)."""
+    torch = _torch()
+    tensors = [*module.parameters(), *module.buffers()]
+    if device is None:
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise ConfigError(
+                f"the module's tensors are on several devices {sorted(map(str, devices))}; TorchNetwork "
+                "trains on one: pass device='cuda:0' (or 'cpu') to move it there")
+        target = devices.pop() if devices else torch.device("cpu")
+    else:
+        target = resolve_device(device)
+        module.to(target)
+    dtypes = {p.dtype for p in module.parameters() if p.requires_grad}
+    if len(dtypes) > 1:
+        raise ConfigError(f"the module's trainable parameters mix dtypes {sorted(map(str, dtypes))}; "
+                          "TorchNetwork keeps one flat vector: make them all float32 (or float64)")
+    dtype = dtypes.pop() if dtypes else torch.float32
+    if dtype not in (torch.float32, torch.float64):
+        raise ConfigError(
+            f"the module's parameters are {dtype}; TorchNetwork trains float32 or float64 parameters (the "
+            "update and the wire are float32): keep the parameters float32 and use torch.autocast inside "
+            "forward for mixed precision")
+    return target, dtype
+
+
+def _saved_device(saved: str, source: str) -> Any:
+    torch = _torch()
+    device = torch.device(saved)
+    if device.type == "cuda" and not (torch.cuda.is_available()
+                                      and (device.index or 0) < torch.cuda.device_count()):
+        log.warning("%s: saved from %s, which this host does not have; loading on the CPU", source, saved)
+        return torch.device("cpu")
+    return device
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "device")
 
 
 def _flat(vec: Any, size: int, what: str) -> np.ndarray:
@@ -437,4 +603,4 @@ def _flat(vec: Any, size: int, what: str) -> np.ndarray:
     return arr
 
 
-__all__ = ["TorchNetwork"]
+__all__ = ["TorchNetwork", "resolve_device"]

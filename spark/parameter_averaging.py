@@ -21,7 +21,7 @@ from psrv.spark.errors import SparkInputError
 from psrv.spark.export import check_training_approach, exported_minibatches
 from psrv.spark.metrics import check_loggers, publish_round
 from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
-from psrv.spark.payload import NetworkPayload, set_counters
+from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
 from psrv.spark.worker import (
     EventLog,
@@ -43,10 +43,11 @@ class RoundResult:
     """Sums over the workers of one round (so that tree aggregation is a plain add)."""
 
     __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
-                 "logs")
+                 "logs", "buffers")
 
     def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
-                 examples: int, events: list[dict[str, Any]]) -> None:
+                 examples: int, events: list[dict[str, Any]],
+                 buffers: dict[str, np.ndarray] | None = None) -> None:
         self.params = params
         self.updater_state = updater_state
         self.workers = 1
@@ -56,6 +57,7 @@ class RoundResult:
         self.examples = examples
         self.events = events
         self.logs: list[dict[str, Any]] = []  # psrv.spark.worker_logs records
+        self.buffers = add_buffers(None, buffers)  # float64 sums by name, averaged like the params
 
 
 def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
@@ -73,6 +75,7 @@ def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundRes
     left.examples += right.examples
     left.events.extend(right.events)
     left.logs.extend(getattr(right, "logs", []))
+    left.buffers = add_buffers(left.buffers, right.buffers)
     return left
 
 
@@ -91,7 +94,9 @@ def _round_trainer(
         steps, loss_sum, examples = 0, 0.0, 0
         with PrefetchingIterator(batches, prefetch) as prefetched:
             for batch, step_start in timed_batches(prefetched, events):
-                update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
+                # a torch network keeps the step on its device (no host round trip per step)
+                compute = getattr(network, "compute_update_tensor", network.compute_update)
+                update, loss = compute(batch.features, batch.labels, batch.labels_mask)
                 network.apply_update(update)
                 events.add("fit", step_start, events.now(), loss=float(loss), examples=batch.num_examples,
                            iteration=int(network.iteration))
@@ -106,6 +111,7 @@ def _round_trainer(
             loss_sum,
             examples,
             events.events,
+            buffers_of(network),
         )
         result.logs = capture.detach()
         yield result
@@ -263,6 +269,8 @@ class ParameterAveragingTrainingMaster:
         if self.save_updater and result.updater_state is not None:
             averaged = result.updater_state / result.workers
             network.set_updater_state(averaged.astype(network.updater_state.dtype))
+        if result.buffers is not None:  # BatchNorm statistics: averaged like the parameters
+            network.set_buffers(mean_buffers(result.buffers, result.workers))
         set_counters(network, payload.iteration + result.max_steps, payload.epoch)
         if result.examples:
             self.last_score = result.loss_sum / result.examples

@@ -1,9 +1,11 @@
 """What travels from the driver to the executors to rebuild a network: config + flat vectors.
 
 The network is never pickled whole: its JSON-able configuration, its flat parameter vector,
-optionally its flat updater state and its normalizer state are enough to rebuild an identical
-network on an executor (``Network.from_config`` + copying the vectors in). Executors keep the
-last networks they built, keyed by the payload's id, so the tasks of one job reuse them.
+optionally its flat updater state, its buffers (BatchNorm statistics: state that is not a parameter)
+and its normalizer state are enough to rebuild an identical network on an executor
+(``Network.from_config`` + copying the vectors in). Executors keep the last networks they built, keyed
+by the payload's id, so the tasks of one job reuse them. A torch network is built on the task's device
+(psrv.spark.device).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class NetworkPayload:
     # networks that are code rather than data (psrv.nn.TorchNetwork) travel in their own file form
     blob: bytes | None = None
     factory: Any = None
+    buffers: dict[str, np.ndarray] | None = None  # by name; None for networks without buffers
 
     @classmethod
     def from_network(cls, network: Any, *, with_updater: bool = False) -> NetworkPayload:
@@ -51,19 +54,21 @@ class NetworkPayload:
             blob, factory = network.to_bytes(), type(network)
         return cls(
             config=network.get_config(),
-            params=np.array(network.params, dtype=np.float32, copy=True),
+            params=np.array(network.params, dtype=network.params.dtype, copy=True),
             updater_state=np.array(network.updater_state, copy=True) if with_updater else None,
             normalizer_state=normalizer.get_state() if normalizer is not None else None,
             iteration=int(getattr(network, "iteration", 0)),
             epoch=int(getattr(network, "epoch", 0)),
             blob=blob,
             factory=factory,
+            buffers=buffers_of(network),
         )
 
-    def build(self) -> Any:
-        """A new network equal to the one this payload was made from."""
+    def build(self, device: Any = None) -> Any:
+        """A new network equal to the one this payload was made from (a torch one on ``device``)."""
         if self.blob is not None:
-            network = self.factory.from_bytes(self.blob)
+            network = self.factory.from_bytes(self.blob, device=device) if device is not None \
+                and takes_device(self.factory) else self.factory.from_bytes(self.blob)
         else:
             from psrv.nn import Network
 
@@ -84,9 +89,11 @@ class NetworkPayload:
                 f"parameter vector of {self.params.size} floats does not fit a network of "
                 f"{network.params.size} parameters"
             )
-        network.params[...] = self.params
+        network.set_params(self.params)  # params may be a host copy of a device network: set, not write
         if self.updater_state is not None:
             network.set_updater_state(self.updater_state)
+        if self.buffers is not None:
+            network.set_buffers(self.buffers)
         set_counters(network, self.iteration, self.epoch)
 
     def cached_network(self) -> Any:
@@ -96,12 +103,53 @@ class NetworkPayload:
             if network is not None:
                 _cache.move_to_end(self.key)
                 return network
-        network = self.build()
+        network = self.build(device=task_device() if takes_device(self.factory) else None)
         with _cache_lock:
             _cache[self.key] = network
             while len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
         return network
+
+
+def takes_device(factory: Any) -> bool:
+    """Whether a network class builds on a chosen device (``from_bytes(..., device=)``: TorchNetwork)."""
+    import inspect
+
+    if factory is None:
+        return False
+    try:
+        return "device" in inspect.signature(factory.from_bytes).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def task_device() -> Any:
+    from psrv.spark.device import task_device as choose
+
+    return choose()
+
+
+def buffers_of(network: Any) -> dict[str, np.ndarray] | None:
+    """Host copies of a network's buffers by name (None when it has no such notion, e.g. psrv.nn.Network)."""
+    getter = getattr(network, "get_buffers", None)
+    return getter() if getter is not None else None
+
+
+def add_buffers(total: dict[str, np.ndarray] | None, buffers: dict[str, np.ndarray] | None
+                ) -> dict[str, np.ndarray] | None:
+    """Sum of buffers by name in float64 (``total`` is updated in place), for averaging them."""
+    if buffers is None:
+        return total
+    if total is None:
+        return {name: np.asarray(value, dtype=np.float64).copy() for name, value in buffers.items()}
+    for name, value in buffers.items():
+        total[name] += value
+    return total
+
+
+def mean_buffers(total: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+    """The average of ``count`` summed buffers; set_buffers rounds integer counters."""
+    return {name: value / count for name, value in total.items()}
 
 
 def set_counters(network: Any, iteration: int, epoch: int) -> None:

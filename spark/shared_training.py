@@ -25,6 +25,7 @@ import numpy as np
 from psrv.nn.data import FileDataSetLoader
 from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.config import VoidConfiguration
+from psrv.spark.device import DeviceSharing, wants_device_sharing
 from psrv.spark.errors import (
     ControllerUnreachableError,
     SparkConfigError,
@@ -34,7 +35,7 @@ from psrv.spark.errors import (
 from psrv.spark.export import check_training_approach, exported_minibatches
 from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
-from psrv.spark.payload import NetworkPayload, set_counters
+from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
 from psrv.spark.progress import LiveProgress, LossAverage, check_progress, report_progress
 from psrv.spark.worker import (
@@ -94,6 +95,7 @@ class WorkerResult:
     counters: dict[str, Any]
     replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
     logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.worker_logs records
+    buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
 
 
 def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
@@ -127,14 +129,18 @@ def route_source_address(address: str) -> str | None:
         return None
 
 
-def _start_node(setup: WorkerSetup, network: Any, part: int) -> Any:
+def _start_node(setup: WorkerSetup, network: Any, part: int, sharing: Any = None) -> Any:
     from psrv.transport import Node, TransportError
 
     config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
     if setup.network_mask is None and not os.environ.get("PSRV_IP", "").strip():
         # no mask given: bind the interface that routes to the controller (not loopback on a cluster)
         config = config.replace(host=route_source_address(setup.controller_address))
-    node = Node(config, network.params, setup.controller_address, want_updater_state=True)
+    if sharing is not None:  # a device network: the node decodes through hooks, downloads to the host
+        node = Node(config, sharing.node_params, setup.controller_address, want_updater_state=True,
+                    **sharing.node_hooks())
+    else:
+        node = Node(config, network.params, setup.controller_address, want_updater_state=True)
     try:
         node.start()
     except TransportError as exc:
@@ -161,10 +167,12 @@ def _wait_acknowledged(node: Any, heartbeat_s: float, missed_beats: int) -> bool
         return False
 
 
-def _check_replica(node: Any, heartbeat_s: float, missed_beats: int) -> dict[str, Any]:
+def _check_replica(node: Any, heartbeat_s: float, missed_beats: int, sharing: Any = None) -> dict[str, Any]:
     """The central invariant, checked where it can break: this replica against the master copy
-    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download."""
-    check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0)
+    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download.
+    A device network's live replica is its device parameters (copied to the host for the check)."""
+    current = (lambda: sharing.network.params) if sharing is not None else None
+    check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0, current=current)
     if check.diverged:
         log.error("worker %s: its replica DIFFERS from the master copy: %s", worker_id(), check.detail)
     return check.as_dict()
@@ -191,23 +199,29 @@ def _partition_trainer(
                           epoch=int(setup.payload.epoch))
         started = events.now()
         network = training_network(setup.payload)
-        events.add("setup", started, events.now())
+        events.add("setup", started, events.now(), device=str(getattr(network, "device", "cpu")))
 
-        caught_up = events.now()
-        node = _start_node(setup, network, part)
-        events.add("catch_up", caught_up, events.now(), restart=bool(node.restart))
-        if node.updater_state is not None and node.updater_state.size == network.updater_state.size:
-            network.set_updater_state(node.updater_state)
+        on_device = wants_device_sharing(network, bool(setup.extra.get("device_sharing")))
         encoder = ResidualEncoder(
             network.num_params,
             dtype=network.params.dtype,
             threshold_algorithm=threshold_algorithm_from_state(setup.threshold_state),
             post_processor=post_processor_from_state(setup.post_processor_state),
             debug=setup.debug,
+            device=network.device if on_device else None,
         )
+        sharing = DeviceSharing(network, encoder) if on_device else None
+        caught_up = events.now()
+        node = _start_node(setup, network, part, sharing)
+        events.add("catch_up", caught_up, events.now(), restart=bool(node.restart))
+        if node.updater_state is not None and node.updater_state.size == network.updater_state.size:
+            network.set_updater_state(node.updater_state)
         carried = take_residual(setup.session_id)
-        if carried is not None and carried.shape == encoder.residual.shape:
-            encoder.residual[...] = carried
+        if carried is not None and tuple(carried.shape) == tuple(encoder.residual.shape):
+            if sharing is not None:
+                sharing.set_residual(carried)
+            else:
+                encoder.residual[...] = carried
             events.add("residual_carried", events.now(), events.now(),
                        residual_abs_sum=float(np.abs(carried).sum()))
 
@@ -217,16 +231,20 @@ def _partition_trainer(
         try:
             with PrefetchingIterator(batches, setup.prefetch) as prefetched:
                 for batch, step_start in timed_batches(prefetched, events):
-                    update, loss = network.compute_update(batch.features, batch.labels, batch.labels_mask)
+                    compute = network.compute_update if sharing is None else network.compute_update_tensor
+                    update, loss = compute(batch.features, batch.labels, batch.labels_mask)
                     encode_start = events.now()
                     message = encoder.encode_update(update)
                     encode_end = events.now()
                     sent = 0
-                    if message is not None:
+                    if message is not None and sharing is not None:  # on the device; host copy sent
+                        sent = sharing.submit(node, message, int(network.iteration), int(network.epoch))
+                    elif message is not None:
                         node.submit(message, iteration=int(network.iteration), epoch=int(network.epoch),
                                     apply_locally=True)
-                        messages += 1
                         sent = int(message.nbytes)
+                    if message is not None:
+                        messages += 1
                         bytes_sent += sent
                     stats = encoder.last_stats
                     if setup.debug and stats is not None:
@@ -249,7 +267,8 @@ def _partition_trainer(
             replica = None
             if setup.check_replicas:
                 check_start = events.now()
-                replica = _check_replica(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
+                replica = _check_replica(node, setup.transport.heartbeat_s, setup.transport.missed_beats,
+                                         sharing)
                 events.add("replica_check", check_start, events.now(), status=replica["status"])
             counters = node.counters()
             if setup.collect_stats:
@@ -264,7 +283,7 @@ def _partition_trainer(
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
                            np.array(network.updater_state, copy=True),
                            encoder.threshold_algorithm.get_state(), events.events, counters,
-                           replica=replica, logs=capture.detach())
+                           replica=replica, logs=capture.detach(), buffers=buffers_of(network))
 
     return train
 
@@ -388,6 +407,7 @@ class SharedTrainingMaster:
             fault_kill_after_steps=self._fault_kill_after_steps,
             session_id=self._session_id,
             check_replicas=self.check_replicas,
+            extra={"device_sharing": bool(getattr(self, "_force_device_sharing", False))},  # test-only
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
@@ -466,6 +486,14 @@ class SharedTrainingMaster:
             network.set_updater_state(updater.astype(network.updater_state.dtype))
             algorithm = type(self.threshold_algorithm)
             self.threshold_algorithm = algorithm.average([r.threshold_state for r in results])
+            # buffers (BatchNorm statistics) are not shared by the mesh: the driver gets their average
+            # over the workers' final values (integer counters rounded)
+            summed = None
+            for r in results:
+                summed = add_buffers(summed, r.buffers)
+            if summed is not None:
+                network.set_buffers(mean_buffers(summed, sum(r.buffers is not None for r in results)))
+        self.last_worker_buffers = [r.buffers for r in results]  # what each worker reported (host copies)
         steps = sum(r.steps for r in results)
         examples = sum(r.examples for r in results)
         set_counters(network, setup.payload.iteration + max((r.steps for r in results), default=0),

@@ -11,8 +11,9 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import Any
 
+import numpy as np
 from psrv.spark.batching import as_dataset
-from psrv.spark.payload import NetworkPayload
+from psrv.spark.payload import NetworkPayload, takes_device
 
 _training_networks: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -33,20 +34,26 @@ def partition_id() -> int:
 def training_network(payload: NetworkPayload) -> Any:
     """A network of the payload's architecture holding the payload's parameters, updater state, counters.
 
-    Built once per executor process and architecture; later tasks only copy the vectors in.
+    Built once per executor process, architecture and device (a torch network on the task's device, see
+    psrv.spark.device); later tasks only copy the vectors and buffers in.
     """
-    key = json.dumps(payload.config, sort_keys=True)
+    device = None
+    if takes_device(payload.factory):
+        from psrv.spark.device import task_device
+
+        device = task_device()
+    key = json.dumps(payload.config, sort_keys=True) + f"@{device}"
     with _lock:
         network = _training_networks.get(key)
     if network is None:
-        network = payload.build()
+        network = payload.build(device=device)
         with _lock:
             _training_networks.clear()  # one architecture at a time: bounded memory
             _training_networks[key] = network
     else:
         payload.load_into(network)
         if payload.updater_state is None:
-            network.updater_state[...] = 0
+            network.set_updater_state(np.zeros_like(network.updater_state))
     return network
 
 
@@ -64,8 +71,8 @@ def take_residual(session_id: str) -> Any | None:
 
 
 def keep_residual(session_id: str, residual: Any) -> None:
-    import numpy as np
-
+    if not isinstance(residual, np.ndarray):  # a device residual (torch): kept on the host between tasks
+        residual = residual.detach().cpu().numpy()
     with _residual_lock:
         _carried_residuals.clear()  # one training master per process at a time: bounded memory
         _carried_residuals[session_id] = np.array(residual, copy=True)

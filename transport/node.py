@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -86,8 +87,12 @@ class Node(Endpoint):
         lock: threading.RLock | None = None,
         apply: ApplyHook | None = None,
         want_updater_state: bool = False,
+        installed: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         super().__init__(config, params, lock=lock, apply=apply)
+        # with an apply hook the live parameters are elsewhere (e.g. on a GPU): ``params`` is then only the
+        # download target, and ``installed(params)`` is called (under the lock) after each download
+        self._installed = installed
         self.controller_address = controller_address
         self.want_updater_state = want_updater_state
         self.updater_state: np.ndarray | None = None  # downloaded with the params when asked for
@@ -201,7 +206,10 @@ class Node(Endpoint):
                     return False
                 self._ack_changed.wait(min(remaining, 0.1))  # also re-checks for a stop or an error
 
-    def check_replica(self, timeout_s: float, tolerance: float = DEFAULT_TOLERANCE) -> ReplicaCheck:
+    def check_replica(
+        self, timeout_s: float, tolerance: float = DEFAULT_TOLERANCE,
+        current: Callable[[], np.ndarray] | None = None,
+    ) -> ReplicaCheck:
         """Check the central invariant on this replica: it equals the master copy up to float rounding.
 
         Downloads a snapshot of the controller's parameters with the exact set of updates they include,
@@ -209,7 +217,9 @@ class Node(Endpoint):
         ``params`` with the snapshot plus the updates this node applied that the snapshot lacks (from its
         replay ring; see transport/replica.py). Other members may go on sending meanwhile. Costs one
         parameter download; call it after ``wait_acknowledged``, e.g. once at the end of a task.
-        Never raises for a timeout: the result's status says "unavailable".
+        Never raises for a timeout: the result's status says "unavailable". ``current`` returns the
+        live replica on the host when it is not ``params`` (an ``apply`` hook that decodes elsewhere,
+        e.g. into GPU parameters); it is called under the node's lock.
         """
         deadline = time.monotonic() + max(0.0, float(timeout_s))
         last = "no snapshot arrived"
@@ -223,7 +233,7 @@ class Node(Endpoint):
                         last = f"node is {self.state}"
                         time.sleep(0.05)
                         continue
-                result = self.call(lambda: self._finish_check(tolerance), timeout_s=remaining)
+                result = self.call(lambda: self._finish_check(tolerance, current), timeout_s=remaining)
                 if isinstance(result, ReplicaCheck):
                     return result
                 if result == "resynced":  # the replica was replaced meanwhile: check the new one
@@ -248,7 +258,9 @@ class Node(Endpoint):
         )
         return True
 
-    def _finish_check(self, tolerance: float) -> ReplicaCheck | str | None:
+    def _finish_check(
+        self, tolerance: float, current: Callable[[], np.ndarray] | None = None
+    ) -> ReplicaCheck | str | None:
         """On the I/O thread: the verdict once the snapshot is here and covered, "resynced" when the
         replica was replaced meanwhile (ask again), else None (not yet)."""
         if self._check_snapshot is None:
@@ -270,7 +282,8 @@ class Node(Endpoint):
             extra_sets = {o: set(s) for o, s in extra.items()}
             expected, replayed = expected_replica(master, self.replay.missing_from(watermark, extra_sets),
                                                   decode)
-            return compare(self.params, expected, replayed, tolerance)
+            live = self.params if current is None else current()
+            return compare(live, expected, replayed, tolerance)
 
     def _all_acknowledged(self) -> bool:
         return self.state is not NodeState.JOINING and not self._backlog and self._acknowledged >= self._seq
@@ -568,6 +581,8 @@ class Node(Endpoint):
         replayed = 0
         with self.lock:
             np.copyto(self.params, master, casting="same_kind")
+            if self._installed is not None:
+                self._installed(self.params)
             if msg["updater_dtype"] is not None:
                 self.updater_state = np.frombuffer(
                     msg.buffers[1], dtype=np.dtype(msg["updater_dtype"])
@@ -627,6 +642,9 @@ class Node(Endpoint):
 
     # ------------------------------------------------------------------ internals
     def _decode(self, payload: np.ndarray) -> None:
+        if self._apply_hook is not None:  # the live parameters are behind the hook
+            self._apply_hook(payload, {})
+            return
         from psrv.encoding import decode
 
         decode(payload, self.params)

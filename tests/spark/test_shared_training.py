@@ -191,7 +191,8 @@ def test_torch_network_replicas_equal_the_master(spark_context, digits) -> None:
     net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,), seed=5,
                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
     # executors import torch first: a generous join timeout (it counts from job submission)
-    spark_net = SparkNetwork(spark_context, net, _master("plain", "direct", conf={"join_timeout_ms": 120_000}))
+    master = _master("plain", "direct", conf={"join_timeout_ms": 120_000})
+    spark_net = SparkNetwork(spark_context, net, master)
     accuracy, totals = _fit_until(spark_net, spark_context.parallelize(list(train.batches(50)), 2), test,
                                   0.90, 6, min_epochs=2)
     fit = spark_net.training_master.last_fit

@@ -1,0 +1,205 @@
+"""The threshold codec written with torch tensor ops, so it runs where the tensors live (CUDA or CPU).
+
+It produces and reads exactly the wire format of ``psrv.encoding.codec`` (header, sparse/bitmap choice,
+ascending indices, float32-rounded tau, residual afterwards, errors): the header rules and error texts
+are that module's, only the element work is done here. A GPU worker encodes its residual on the
+device and only the small int32 message crosses to the host; received messages are decoded into the
+device parameters. On CPU tensors it gives the same bytes as the numba codec (tests check it), which is
+faster there.
+
+Host synchronizations per call: ``encode`` reads two scalars (any non-finite? how many hits?) and, for
+a sparse message, the size of the index list; ``decode`` reads the 4 header words of a device message
+(a host message is validated on the host by the numba validator and only its body is copied over).
+torch is imported lazily by the callers of this module (``import psrv.encoding`` does not need it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from psrv.encoding import _kernels as k
+from psrv.encoding import codec
+from psrv.encoding.errors import MalformedMessageError, NonFiniteResidualError
+
+HEADER_WORDS = codec.HEADER_WORDS
+_FLOATS = {torch.float32: (torch.int32, 0x7FFF_FFFF, 0x7F80_0000, np.float32, np.int32),
+           torch.float64: (torch.int64, 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000, np.float64, np.int64)}
+_WORD = k.WORD_ELEMENTS
+
+
+def _check_vector(tensor: Any, name: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__} "
+                        "(use psrv.encoding.encode/decode for NumPy arrays)")
+    if tensor.dtype not in _FLOATS:
+        raise TypeError(f"{name} must be float32 or float64, got dtype {tensor.dtype}")
+    if tensor.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (use .contiguous())")
+
+
+def _bits_of(value: float, dtype: torch.dtype) -> int:
+    """The bit pattern of ``value`` in the float dtype, as a Python int (for integer comparisons)."""
+    _, _, _, np_float, np_int = _FLOATS[dtype]
+    return int(np.array([value], dtype=np_float).view(np_int)[0])
+
+
+def encode(residual: torch.Tensor, threshold: float) -> torch.Tensor | None:
+    """Threshold-encode ``residual`` in place; return the int32 message on its device, or None.
+
+    Same rule, message and residual as ``psrv.encoding.encode`` (see psrv.encoding.codec). A NaN or inf
+    raises NonFiniteResidualError naming the first bad index, with the residual unchanged.
+    """
+    return encode_counted(residual, threshold)[0]
+
+
+def encode_counted(residual: torch.Tensor, threshold: float) -> tuple[torch.Tensor | None, int]:
+    """encode(), also returning how many elements the message carries (0 with None)."""
+    _check_vector(residual, "residual")
+    tau32 = codec.float32_threshold(threshold)
+    n = int(residual.shape[0])
+    if n == 0:
+        return None, 0
+    if n >= 2**31:
+        raise ValueError(f"residual has {n} elements; the wire format holds at most 2**31 - 1")
+    int_dtype, abs_mask, inf_bits, _, _ = _FLOATS[residual.dtype]
+    tau = float(tau32)  # exact in float32 and float64
+    with torch.no_grad():
+        magnitude = residual.view(int_dtype) & abs_mask  # |x| as bits: ordered like |x| for every float
+        hit = magnitude >= _bits_of(tau, residual.dtype)
+        bad = magnitude >= inf_bits
+        any_bad, count = torch.stack([bad.any().to(torch.int64), hit.sum(dtype=torch.int64)]).tolist()
+        if any_bad:
+            first = int(bad.to(torch.uint8).argmax())
+            raise NonFiniteResidualError(first, float(residual[first]))
+        if count == 0:
+            return None, 0
+        where = torch.nonzero(hit).squeeze(1)  # ascending
+        negative = residual[where] < 0  # hits are never zero, so the sign bit is the sign
+        signed_tau = torch.where(negative, -tau, tau).to(residual.dtype)
+        residual[where] = residual[where] - signed_tau  # x - (-tau) is exactly x + tau
+        words = codec.bitmap_words(n)
+        tau_bits = int(codec._tau_bits(tau32))
+        on = residual.device
+        if count < words:
+            header = torch.tensor([count, n, tau_bits, codec.SPARSE], dtype=torch.int32, device=on)
+            indices = where + 1
+            body = torch.where(negative, -indices, indices).to(torch.int32)
+            return torch.cat([header, body]), count
+        header = torch.tensor([n, n, tau_bits, codec.BITMAP], dtype=torch.int32, device=on)
+        return torch.cat([header, _bitmap(hit, where, negative, words)]), count
+
+
+def _bitmap(hit: torch.Tensor, where: torch.Tensor, negative: torch.Tensor, words: int) -> torch.Tensor:
+    """The bitmap words (int32) of the hits: bit b = has a value, bit b + 16 = negative."""
+    n = hit.shape[0]
+    padded = torch.zeros((2, words * _WORD), dtype=torch.int32, device=hit.device)
+    padded[0, :n] = hit
+    padded[1, where] = negative.to(torch.int32)
+    weights = torch.ones(_WORD, dtype=torch.int64, device=hit.device) << torch.arange(
+        _WORD, dtype=torch.int64, device=hit.device)
+    values, signs = (padded.view(2, words, _WORD) * weights).sum(dim=2)
+    word = values | (signs << 16)  # in [0, 2**32): wrap into int32 two's complement explicitly
+    return (word - ((word >> 31) << 32)).to(torch.int32)
+
+
+def _bits_set(words: torch.Tensor) -> torch.Tensor:
+    """(words, 32) int32 0/1 of every bit of int32 words (bit 31 too: an arithmetic shift keeps it)."""
+    words = words.to(torch.int32)
+    return (words[:, None] >> torch.arange(32, dtype=torch.int32, device=words.device)) & 1
+
+
+def _message_tensor(message: torch.Tensor) -> torch.Tensor:
+    if message.ndim != 1:
+        raise MalformedMessageError(f"message must be 1-D, got shape {tuple(message.shape)}")
+    if message.dtype == torch.uint8:
+        if message.shape[0] % 4:
+            raise MalformedMessageError(
+                f"message is {message.shape[0]} bytes, not a whole number of int32 words")
+        return message.contiguous().view(torch.int32)  # torch tensors are native (little-endian) order
+    if message.dtype != torch.int32:
+        raise MalformedMessageError(f"message must be an int32 tensor or bytes, got dtype {message.dtype}")
+    return message
+
+
+def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
+    """Fully validate a torch message; return (form, n, tau, count). Reads the header on the host."""
+    message = _message_tensor(message)
+    length = int(message.shape[0])
+    codec.check_too_short(length)
+    header = message[:HEADER_WORDS].tolist()
+    first, n, _, form = header
+    tau = codec.check_header(header, length)
+    body = message[HEADER_WORDS:]
+    if form == codec.SPARSE:
+        if first == 0:
+            return form, n, tau, 0
+        body = body.to(torch.int64)  # |int32 min| needs 64 bits
+        magnitude = body.abs()
+        previous = torch.cat([magnitude.new_zeros(1), magnitude[:-1]])
+        zero, out_of_range, unordered = body == 0, magnitude > n, magnitude <= previous
+        bad = zero | out_of_range | unordered
+        if bool(bad.any()):
+            p = int(bad.to(torch.uint8).argmax())
+            code = (k.BAD_ZERO_INDEX if bool(zero[p]) else k.BAD_INDEX_RANGE if bool(out_of_range[p])
+                    else k.BAD_INDEX_ORDER)
+            raise MalformedMessageError(codec.sparse_problem(code, p + HEADER_WORDS, int(body[p]), n))
+        return form, n, tau, first
+    bits = _bits_set(body)
+    values, signs = bits[:, :_WORD], bits[:, _WORD:]
+    sign_alone = (signs & (1 - values)).any(dim=1)
+    if bool(sign_alone.any()):
+        raise MalformedMessageError(codec.bitmap_problem(k.BAD_SIGN_WITHOUT_VALUE,
+                                                         int(sign_alone.to(torch.uint8).argmax()), n))
+    tail = n % _WORD
+    if tail and body.shape[0] > 0 and bool(values[-1, tail:].any()):
+        raise MalformedMessageError(codec.bitmap_problem(k.BAD_PADDING, int(body.shape[0]) - 1, n))
+    return form, n, tau, int(values.sum(dtype=torch.int64))
+
+
+def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
+    """Add +-tau * scale into ``target`` (a torch tensor on any device) where the message says so.
+
+    ``message`` may be a torch int32 (or uint8) tensor on any device, or what ``psrv.encoding.decode``
+    takes (an int32 array, bytes): a host message is validated on the host, then only its body moves.
+    The whole message is validated before ``target`` is touched; a malformed one raises
+    MalformedMessageError (the same text as psrv.encoding.decode) and ``target`` is unchanged.
+    """
+    _check_vector(target, "target")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    if isinstance(message, torch.Tensor):
+        form, n, tau, count = _validate_device(message)
+        body = _message_tensor(message)[HEADER_WORDS:]
+    else:
+        array, info = codec._parse(message)
+        form, n, tau, count = codec.SPARSE if info.form == "sparse" else codec.BITMAP, info.n, info.tau, \
+            info.count
+        body = array[HEADER_WORDS:]
+    if n != target.shape[0]:
+        raise MalformedMessageError(f"message is for N={n} elements but the target has {target.shape[0]}")
+    if count == 0:
+        return
+    if not isinstance(body, torch.Tensor):
+        body = torch.from_numpy(np.array(body, copy=True))  # received buffers may be read-only
+    body = body.to(target.device, non_blocking=True)
+    delta = torch.tensor(tau * scale, dtype=target.dtype, device=target.device)  # as numpy's dtype.type()
+    with torch.no_grad():
+        if form == codec.SPARSE:
+            indices = body.to(torch.int64)
+            where = indices.abs() - 1
+            negative = indices < 0
+        else:
+            bits = _bits_set(body)
+            flat_values = bits[:, :_WORD].reshape(-1)[:n].bool()
+            where = torch.nonzero(flat_values).squeeze(1)
+            negative = bits[:, _WORD:].reshape(-1)[:n][where].bool()
+        target[where] = target[where] + torch.where(negative, -delta, delta)  # t + (-d) is exactly t - d
+
+
+__all__ = ["decode", "encode", "encode_counted"]

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Benchmark gradient sharing on a GPU: the device codec and what sharing adds to a training step.
+
+(1) psrv.encoding.device encode and decode throughput for 1 M, 11.7 M and 25.6 M floats at a sparsity
+    of about 1e-3, beside a device-to-device copy of the same vector in the same run (ratio = codec
+    bandwidth / copy bandwidth; target: encode >= 0.3x).
+(2) a ResNet-18-sized model (torchvision's resnet18 when installed, else an equivalent defined here) on
+    synthetic 32x32 images, batch 128: the training step alone, against step + residual + encode + copy
+    of the message to the host (reused pinned buffer) + decode of one peer's message; the overhead in
+    percent (target: <= 5 %).
+Medians of several runs; CUDA timings are synchronized. Without a GPU it prints "no GPU" and exits 0;
+``--cpu`` runs the same measurements on CPU tensors (so the script itself is exercised; those figures
+say nothing about a GPU). The tables are Markdown, ready for README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def timer(device) -> Callable[[Callable[[], object], int], float]:
+    import torch
+
+    def median_seconds(run: Callable[[], object], repeats: int) -> float:
+        times = []
+        for i in range(repeats + 1):  # one untimed warm-up
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            run()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return median_seconds
+
+
+def threshold_for(vector, sparsity: float) -> float:
+    """The |x| that lets about ``sparsity`` of the elements through."""
+    k = max(1, int(round(sparsity * vector.numel())))
+    return float(vector.abs().float().topk(k).values[-1])
+
+
+def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
+    import torch
+    from psrv.encoding import device as codec
+
+    measure = timer(device)
+    rows = ["| N (floats) | copy GB/s | encode ms | encode GB/s | encode / copy | decode ms | decode / copy "
+            "| message KB |", "|---|---|---|---|---|---|---|---|"]
+    for n in sizes:
+        generator = torch.Generator(device=device).manual_seed(n)
+        source = torch.randn(n, generator=generator, device=device)
+        tau = threshold_for(source, 1e-3)
+        work = source.clone()
+        copy_target = torch.empty_like(source)
+        copy_s = measure(lambda work=work, copy_target=copy_target: copy_target.copy_(work), repeats)
+
+        def encode_once(source=source, work=work, tau=tau) -> None:
+            work.copy_(source)  # the same residual every run (the copy is subtracted below)
+            codec.encode(work, tau)
+
+        encode_s = max(measure(encode_once, repeats) - copy_s, 1e-9)
+        message = codec.encode(source.clone(), tau)
+        target = torch.zeros_like(source)
+        decode_s = measure(lambda message=message, target=target: codec.decode(message, target), repeats)
+        gbs = 4 * n / 1e9
+        rows.append(f"| {n:,} | {gbs / copy_s:.1f} | {encode_s * 1e3:.3f} | {gbs / encode_s:.1f} | "
+                    f"{copy_s / encode_s:.2f}x | {decode_s * 1e3:.3f} | {copy_s / decode_s:.2f}x | "
+                    f"{message.numel() * 4 / 1e3:.1f} |")
+    return rows
+
+
+def resnet18_like(num_classes: int = 10):
+    """torchvision's resnet18 if installed, else the same layout (11.2 M parameters at 10 classes)."""
+    import torch
+    from torch import nn
+
+    try:
+        import torchvision
+
+        return torchvision.models.resnet18(num_classes=num_classes), "torchvision resnet18"
+    except ImportError:
+        pass
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+            self.skip = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.skip(x))
+
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                               nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)]
+    return nn.Sequential(*layers), "resnet18-like (defined in the script)"
+
+
+def step_table(device, batch: int, repeats: int) -> list[str]:
+    import torch
+    from psrv.encoding import AdaptiveThreshold, ResidualEncoder
+    from psrv.encoding import device as codec
+    from psrv.nn import TorchNetwork
+    from psrv.spark.device import DeviceSharing
+
+    module, name = resnet18_like()
+    network = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(3, 32, 32),
+                           optimizer=lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9), device=device)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 3, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    encoder = ResidualEncoder(network.num_params, threshold_algorithm=AdaptiveThreshold(1e-3), device=device)
+    sharing = DeviceSharing(network, encoder)
+    peer = torch.randn(network.num_params, device=device)
+    peer_message = codec.encode(peer, threshold_for(peer, 1e-3))
+    measure = timer(device)
+
+    def step_alone() -> None:
+        update, _ = network.compute_update_tensor(x, y)
+        network.apply_update(update)
+
+    sizes: list[int] = []
+
+    def step_and_share() -> None:
+        update, _ = network.compute_update_tensor(x, y)
+        message = encoder.encode_update(update)
+        if message is not None:
+            host = sharing.to_host(message)  # what the node would send
+            sizes.append(host.nbytes)
+            codec.decode(message, network.flat_params)
+        codec.decode(peer_message, network.flat_params)  # one peer's update arriving
+
+    alone = measure(step_alone, repeats)
+    shared = measure(step_and_share, repeats)
+    overhead = (shared - alone) / alone * 100
+    message_kb = statistics.median(sizes) / 1e3 if sizes else 0.0
+    return [f"model: {name}, {network.num_params:,} parameters, batch {batch}, 32x32", "",
+            "| step alone ms | step + share ms | overhead | message KB (median) |", "|---|---|---|---|",
+            f"| {alone * 1e3:.2f} | {shared * 1e3:.2f} | {overhead:+.1f} % | {message_kb:.1f} |"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="run on CPU tensors (exercises the script only)")
+    parser.add_argument("--sizes", default="1000000,11700000,25600000",
+                        help="vector lengths, comma-separated")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--skip-model", action="store_true", help="only the codec table")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("no GPU (torch is not installed)")
+        return 0
+    if args.cpu:
+        device = torch.device("cpu")
+        label = "CPU tensors (--cpu): these figures are NOT GPU figures"
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+        label = torch.cuda.get_device_name(device)
+    else:
+        print("no GPU (torch.cuda.is_available() is False); "
+              "run with --cpu to exercise the script on CPU tensors")
+        return 0
+    print(f"device: {label}; torch {torch.__version__}\n")
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    print("\n".join(codec_table(device, sizes, args.repeats)))
+    if not args.skip_model:
+        print()
+        print("\n".join(step_table(device, args.batch, max(3, args.repeats // 2))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""What a Spark task needs for a network on a device (GPU): which device, and gradient sharing there.
+
+``task_device()`` picks the task's device: ``PSRV_DEVICE`` when set (e.g. "cpu"), else the GPU Spark
+assigned to the task (``TaskContext.resources()["gpu"]``, with ``spark.task.resource.gpu.amount``), else
+"auto": ``cuda:<partition % number of GPUs>`` where CUDA is available, else the CPU. It logs which.
+
+``DeviceSharing`` is a device worker's side of gradient sharing: the residual and the threshold encoding
+stay on the device (psrv.encoding.device); only the encoded message crosses to the host, through a
+reused staging buffer (pinned when the device is CUDA); received updates are decoded into the device
+parameters by the node's apply hook, under the node's lock; a download (catch-up, re-sync) lands in a
+host vector and is installed on the device. It runs on CPU tensors too (tests use it so in CI).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: environment variable that overrides the device of every task ("cpu", "cuda:0", "auto")
+DEVICE_ENV = "PSRV_DEVICE"
+
+
+def _visible_index(address: str) -> int | None:
+    """The CUDA index of a GPU address Spark assigned (an index into CUDA_VISIBLE_DEVICES when set)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible:
+        return visible.index(address) if address in visible else None
+    try:
+        return int(address)
+    except ValueError:
+        return None
+
+
+def task_device() -> Any:
+    """The torch device this task's network lives on (see the module docstring); logged."""
+    import torch
+    from psrv.nn.torch_adapter import resolve_device
+
+    override = os.environ.get(DEVICE_ENV, "").strip()
+    if override:
+        device = resolve_device(override)
+        log.info("task device %s (from %s=%s)", device, DEVICE_ENV, override)
+        return device
+    context = None
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        pass
+    gpus = context.resources().get("gpu") if context is not None else None
+    addresses = list(getattr(gpus, "addresses", None) or [])
+    if addresses:
+        index = _visible_index(addresses[0])
+        if torch.cuda.is_available() and index is not None and index < torch.cuda.device_count():
+            device = torch.device("cuda", index)
+            log.info("task device %s (Spark assigned GPU %s)", device, addresses[0])
+            return device
+        log.warning("Spark assigned GPU %s, which torch cannot use here (CUDA available: %s, devices: %d); "
+                    "choosing automatically", addresses[0], torch.cuda.is_available(),
+                    torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if torch.cuda.is_available():
+        partition = int(context.partitionId()) if context is not None else 0
+        device = torch.device("cuda", partition % torch.cuda.device_count())
+        log.info("task device %s (auto: no GPU assigned by Spark; partition %d of a host with %d GPUs)",
+                 device, partition, torch.cuda.device_count())
+        return device
+    log.info("task device cpu (auto: CUDA is not available)")
+    return torch.device("cpu")
+
+
+class DeviceSharing:
+    """Gradient sharing for a network whose live parameters are torch tensors (see the module docstring).
+
+    ``node_params`` and ``node_hooks()`` go to the Node; each step call ``step(node, batch, ...)``.
+    """
+
+    def __init__(self, network: Any, encoder: Any) -> None:
+        self.network = network
+        self.encoder = encoder
+        self.node_params = network.params.copy()  # one host copy: the node's download target
+        self._staging: Any = None
+
+    def node_hooks(self) -> dict[str, Any]:
+        return {"apply": self.apply, "installed": self.installed}
+
+    def apply(self, payload: np.ndarray, header: dict) -> None:
+        """The node's apply hook (called under its lock): decode a received update on the device."""
+        from psrv.encoding import MalformedMessageError
+        from psrv.encoding import device as codec
+        from psrv.transport.errors import FrameRejectedError
+
+        try:
+            codec.decode(payload, self.network.flat_params)
+        except MalformedMessageError as exc:
+            raise FrameRejectedError(
+                "bad_payload", f"update {header.get('origin')}/{header.get('seq')}: {exc}") from None
+
+    def installed(self, params: np.ndarray) -> None:
+        """The node downloaded the master copy into ``params`` (under its lock): put it on the device."""
+        self.network.set_params(params)
+
+    def to_host(self, message: Any) -> np.ndarray:
+        """The message as a NEW host int32 array (the node keeps it), through the reused staging buffer."""
+        import torch
+
+        size = int(message.numel())
+        if self._staging is None or self._staging.numel() < size:
+            capacity = max(size, 2 * (self._staging.numel() if self._staging is not None else 0), 1024)
+            pin = message.device.type == "cuda"
+            self._staging = torch.empty(capacity, dtype=torch.int32, pin_memory=pin)
+        view = self._staging[:size]
+        view.copy_(message)  # synchronous: the host copy below reads it at once
+        return view.numpy().copy()
+
+    def submit(self, node: Any, message: Any, iteration: int, epoch: int) -> int:
+        """Apply an encoded update (a device tensor) locally and hand its host copy to the node, both
+        under the node's lock (a re-sync never sees half of it). Returns the bytes sent."""
+        from psrv.encoding import device as codec
+
+        host = self.to_host(message)
+        with node.lock:
+            codec.decode(message, self.network.flat_params)
+            node.submit(host, iteration=int(iteration), epoch=int(epoch))
+        return int(host.nbytes)
+
+    def set_residual(self, residual: np.ndarray) -> None:
+        """Start from a residual carried over on the host (a previous task of the same master)."""
+        import torch
+
+        self.encoder.residual.copy_(torch.from_numpy(np.asarray(residual)))
+
+
+def wants_device_sharing(network: Any, force: bool = False) -> bool:
+    """True for a torch network off the CPU (or on it when ``force``: how CI exercises this path)."""
+    return hasattr(network, "flat_params") and (force or not getattr(network, "on_host", True))
+
+
+__all__ = ["DEVICE_ENV", "DeviceSharing", "task_device", "wants_device_sharing"]
