@@ -84,15 +84,25 @@ class _PartitionExporter:
     write_here: bool
     options: dict[str, dict[str, Any]]
 
+    file_format: str = "psds"
+
     def __call__(self, partition: int, items: Iterable[Any]) -> Iterator[tuple[str, bytes | None]]:
         storage.configure(self.options)
+        parquet = self.file_format == "parquet"
+        suffix = ".parquet" if parquet else DATA_FILE_SUFFIX
         for number, batch in enumerate(rebatch(items, self.batch_size)):
-            path = _join(self.directory, _file_name(partition, number))
+            path = _join(self.directory, _file_name(partition, number, suffix))
+            if parquet:
+                from psrv.spark.parquet import dataset_to_parquet
+
+                blob = dataset_to_parquet(batch if isinstance(batch, DataSet) else batch.to_dataset())
+            else:
+                blob = batch.to_bytes()
             if self.write_here:
-                write_bytes(path, batch.to_bytes())
+                write_bytes(path, blob)
                 yield path, None
             else:
-                yield path, batch.to_bytes()
+                yield path, blob
 
 
 def _absolute(directory: str) -> str:
@@ -100,20 +110,32 @@ def _absolute(directory: str) -> str:
     return storage.absolute(directory)
 
 
+FILE_FORMATS = ("psds", "parquet")
+
+
 def batch_and_export(
-    rdd: RDD, batch_size: int, path: str, *, through_driver: bool = False
+    rdd: RDD, batch_size: int, path: str, *, through_driver: bool = False, file_format: str = "psds"
 ) -> list[str]:
     """Write ``rdd``'s DataSets/MultiDataSets as files of ``batch_size`` examples under directory
     ``path`` (any storage-layer URI); returns the file paths, sorted (partition, then position).
 
     The executors write their files themselves; ``through_driver=True`` streams every minibatch to
     the driver, which writes it (for a cluster whose executors cannot reach the URI's file system).
+    ``file_format="parquet"`` writes each minibatch as a Parquet file (read it back with
+    ``psrv.spark.parquet.ParquetDataSetLoader``; DataSets without masks).
     """
+    if file_format not in FILE_FORMATS:
+        raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
+    if file_format == "parquet":
+        from psrv.spark.parquet import _pyarrow
+
+        _pyarrow()  # a missing pyarrow fails here, on the driver
     directory = _absolute(path)
     if not through_driver:
         storage.check_task_access(directory, "batch_and_export: path")
     options = storage.use_hadoop_configuration(rdd.context)
-    exporter = _PartitionExporter(directory, check_batch_size(batch_size), not through_driver, options)
+    exporter = _PartitionExporter(directory, check_batch_size(batch_size), not through_driver, options,
+                                  file_format)
     produced = rdd.mapPartitionsWithIndex(exporter)
     if not through_driver:
         return sorted(p for p, _ in produced.collect())

@@ -17,9 +17,10 @@ files themselves (nothing is funnelled through the driver):
   evaluations, reports, checkpoints, listings), never used inside a task (Python workers have no
   JVM gateway).
 
-The driver copies the Hadoop configuration's S3A settings (``fs.s3a.endpoint``, ``access.key``,
-``secret.key``, ``path.style.access``) into the fsspec options (:func:`use_hadoop_configuration`);
-code that ships work to tasks carries :func:`current_options` with it and calls :func:`configure`.
+The driver copies the Hadoop configuration's S3A settings (``fs.s3a.endpoint``,
+``endpoint.region``, ``access.key``, ``secret.key``, ``path.style.access``) into the fsspec options
+(:func:`use_hadoop_configuration`); code that ships work to tasks carries :func:`current_options`
+with it and calls :func:`configure` there.
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ def use_hadoop_configuration(spark_context: SparkContext) -> dict[str, dict[str,
             secure = str(conf.get("fs.s3a.connection.ssl.enabled") or "true").lower() == "true"
             endpoint = ("https://" if secure else "http://") + endpoint
         s3.setdefault("client_kwargs", {})["endpoint_url"] = endpoint
+    region = conf.get("fs.s3a.endpoint.region")
+    if region:
+        s3.setdefault("client_kwargs", {})["region_name"] = region
     key, secret = conf.get("fs.s3a.access.key"), conf.get("fs.s3a.secret.key")
     if key and secret:
         s3["key"], s3["secret"] = key, secret
