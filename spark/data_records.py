@@ -90,7 +90,8 @@ def read_csv(
 ) -> RDD | list[Record]:
     """Records from a CSV file or a directory of CSV files (an RDD when ``spark_context`` is given).
 
-    ``options`` are those of :func:`csv_to_records`. Without Spark the storage layer reads the path (local or any URI it reaches).
+    ``options`` are those of :func:`csv_to_records`. Without Spark the storage layer reads the path
+    (local or any URI it reaches).
     """
     if spark_context is not None:
         return csv_to_records(spark_context.textFile(path, min_partitions), **options)

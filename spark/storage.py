@@ -501,8 +501,9 @@ class _CountingWriter:
 
     def write(self, data: Any) -> int:
         written = self.handle.write(data)
-        self.count += len(memoryview(data).cast("B")) if written is None else int(written)
-        return self.count if written is None else written
+        size = len(memoryview(data).cast("B")) if written is None else int(written)
+        self.count += size
+        return size
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.handle, name)
