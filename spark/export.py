@@ -110,25 +110,54 @@ def exported_minibatches(rdd: RDD, batch_size: int, export_directory: str | None
 # --------------------------------------------------------------------------------------------------
 # where the default export goes
 # --------------------------------------------------------------------------------------------------
-def executor_hosts(spark_context: SparkContext) -> set[str]:
-    """The hosts of the registered executors and the driver, from their addresses (host names
-    resolved to addresses, so one machine named two ways counts once)."""
+def _driver_machine_addresses(spark_context: SparkContext) -> set[str]:
+    """Addresses that mean "the driver's machine": its own Spark address and every non-loopback
+    address of its interfaces (other loopback addresses, such as 127.0.0.2, stay distinct hosts)."""
+    import ipaddress
+
+    addresses = set()
+    driver = spark_context.getConf().get("spark.driver.host")
+    if driver:
+        addresses.add(_resolve(driver))
+    try:
+        import psutil
+
+        for entries in psutil.net_if_addrs().values():
+            for entry in entries:
+                text = str(entry.address).split("%")[0]
+                try:
+                    if not ipaddress.ip_address(text).is_loopback:
+                        addresses.add(text)
+                except ValueError:
+                    continue
+    except Exception as exc:  # noqa: BLE001 - no interface list: the driver's own address only
+        log.debug("cannot list this machine's addresses: %s", exc)
+    return addresses
+
+
+def _resolve(name: str) -> str:
     import socket
 
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return name
+
+
+def executor_hosts(spark_context: SparkContext) -> set[str]:
+    """The distinct hosts of the driver and the registered executors, from their addresses; every
+    address of the driver's machine counts as one host, ``"driver"``."""
     names = set()
     try:
         for info in spark_context._jsc.sc().statusTracker().getExecutorInfos():  # the driver included
             names.add(str(info.host()))
-    except Exception as exc:  # noqa: BLE001 - no JVM tracker: only the driver's host is known
+    except Exception as exc:  # noqa: BLE001 - no JVM tracker: only the driver is known
         log.debug("cannot list the executors' hosts: %s", exc)
-    if not names:
-        names.add(spark_context.getConf().get("spark.driver.host") or "localhost")
-    hosts = set()
+    local = _driver_machine_addresses(spark_context)
+    hosts = {"driver"}
     for name in names:
-        try:
-            hosts.add(socket.gethostbyname(name))
-        except OSError:
-            hosts.add(name)
+        address = _resolve(name)
+        hosts.add("driver" if address in local else address)
     return hosts
 
 
@@ -164,7 +193,7 @@ def default_export_base(spark_context: SparkContext, *, hosts: set[str] | None =
     if len(hosts) > 1:
         raise ExportUnreachableError(
             f"the export approach needs a directory every executor can read, but this cluster's only "
-            f"file system is file:// and its executors run on {len(hosts)} hosts "
+            f"file system is file:// and its driver and executors run on {len(hosts)} hosts "
             f"({', '.join(sorted(hosts))}): "
             "the driver's temporary directory is not shared. Set export_directory to a shared "
             "location (a file:// path mounted on every host, or an hdfs://, s3a:// ... URI), or use "
