@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import numpy as np
 from psrv.nn.data import DataSet
@@ -163,7 +164,8 @@ def parquet_files(frame: Any) -> list[str] | None:
     """The files of a DataFrame that is a plain Parquet scan (columns may be selected), else None."""
     try:
         plan = str(frame._jdf.queryExecution().optimizedPlan().toString())
-        files = [str(f) for f in frame.inputFiles()]
+        # Spark answers percent-encoded URIs ("a%20b"); psrv's storage layer takes them as written
+        files = [unquote(str(f)) for f in frame.inputFiles()]
     except Exception:  # noqa: BLE001 - not a JVM-backed DataFrame (Spark Connect ...): the row path
         return None
     lines = [line.strip().lstrip("+-: ").strip() for line in plan.strip().splitlines() if line.strip()]

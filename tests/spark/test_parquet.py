@@ -32,7 +32,7 @@ def digits_parquet(spark, digits, tmp_path_factory) -> str:
     train, _ = digits
     rows = [(f.astype(float).tolist(), int(c))
             for f, c in zip(train.features, train.label_indices(), strict=True)]
-    path = str(tmp_path_factory.mktemp("parquet") / "digits")
+    path = str(tmp_path_factory.mktemp("parquet") / "digits, 64 features")  # Spark encodes it in URIs
     spark.createDataFrame(rows, "features array<double>, label long").repartition(3).write.parquet(path)
     return path
 
