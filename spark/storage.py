@@ -331,7 +331,11 @@ class JvmHadoopStorage:
         try:
             return fn()
         except Py4JJavaError as exc:
-            raise StorageError(f"cannot {what} {uri!r}: {exc.java_exception.toString()}") from exc
+            raise StorageError(
+                f"cannot {what} {uri!r}: {exc.java_exception.toString()} (the driver's Hadoop file system; "
+                f"fsspec has no {scheme_of(uri)}:// backend in this process either: pip install "
+                "'psrv[storage]' and s3fs/gcsfs/adlfs as needed)"
+            ) from exc
 
     def open_read(self, uri: str) -> IO[bytes]:
         import io

@@ -140,3 +140,28 @@ def test_export_fit_paths_and_evaluate_over_uris(spark_context, digits, uri_root
     net.get_network().save(storage.join(uri_root, "models", "net.psrv"))
     back = Network.load(storage.join(uri_root, "models", "net.psrv"))
     np.testing.assert_array_equal(back.params, net.get_network().params)
+
+
+def test_driver_jvm_hadoop_backend_round_trip(spark_context, tmp_path: Path) -> None:
+    """The driver-only fallback (Spark's Hadoop FileSystem through py4j) on file:// URIs."""
+    from psrv.spark.errors import StorageError
+
+    jvm = storage.JvmHadoopStorage(spark_context)
+    root = "file://" + str(tmp_path)
+    with jvm.open_write(storage.join(root, "a", "x.bin")) as handle:
+        handle.write(b"through the JVM")
+    with jvm.open_write(storage.join(root, "a", "x.bin")) as handle:  # replaced by rename
+        handle.write(b"replaced")
+    with jvm.open_read(storage.join(root, "a", "x.bin")) as stream:
+        assert stream.read() == b"replaced"
+    with jvm.open_write(storage.join(root, "a", "_SUCCESS")) as handle:
+        handle.write(b"")
+    assert jvm.is_dir(storage.join(root, "a")) and jvm.exists(storage.join(root, "a", "x.bin"))
+    assert jvm.list_files(storage.join(root, "a"), True) == [storage.join(root, "a", "x.bin")]
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert [n for n in names if not n.endswith(".crc")] == ["_SUCCESS", "x.bin"]  # Hadoop's .crc aside
+    assert not any(".psrv-" in n for n in names)  # the temporary file was renamed, nothing left
+    jvm.delete(storage.join(root, "a"), True)
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(StorageError, match="nosuchscheme://h/x.*fsspec"):
+        storage.read_bytes("nosuchscheme://h/x")  # the driver falls back to the JVM, which refuses

@@ -124,5 +124,9 @@ def test_uri_helpers() -> None:
 
 
 def test_unknown_scheme_names_what_to_install() -> None:
-    with pytest.raises(StorageError, match="fsspec"):
+    # without a SparkContext: no backend at all; with one (another test's session): the driver's
+    # Hadoop file system refuses the scheme. Either way the URI and what to install are named.
+    with pytest.raises(StorageError, match=r"nosuchscheme://host/x.*fsspec"):
         storage.read_bytes("nosuchscheme://host/x")
+    with pytest.raises(StorageError, match=r"psrv\[storage\]"):
+        storage.check_task_access("nosuchscheme://host/x", "export_directory")
