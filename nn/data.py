@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from psrv.nn.data_common import (
@@ -242,10 +242,14 @@ class MultiDataSetLoader(Protocol):
 
 
 class FileDataSetLoader:
-    """Reads the psrv file form (``DataSet.save``); local paths and ``file:`` URIs."""
+    """Reads the psrv file form (``DataSet.save``): any path or URI the storage layer reaches; in a
+    Spark task it is handed a stream opened there (``load_stream``)."""
 
     def load(self, path: str) -> DataSet:
         return DataSet.load(path)
+
+    def load_stream(self, stream: Any, path: str) -> DataSet:
+        return DataSet.from_bytes(stream.read(), path)
 
     def __repr__(self) -> str:
         return "FileDataSetLoader()"
@@ -256,6 +260,9 @@ class FileMultiDataSetLoader:
 
     def load(self, path: str) -> MultiDataSet:
         return MultiDataSet.load(path)
+
+    def load_stream(self, stream: Any, path: str) -> MultiDataSet:
+        return MultiDataSet.from_bytes(stream.read(), path)
 
     def __repr__(self) -> str:
         return "FileMultiDataSetLoader()"

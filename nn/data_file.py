@@ -20,7 +20,7 @@ import struct
 import zlib
 
 import numpy as np
-from psrv.nn._files import write_atomically
+from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.data_common import NUMERIC_KINDS
 from psrv.nn.errors import DataFileError
 
@@ -124,29 +124,13 @@ def decode_arrays(
 
 
 def write_file_bytes(path: str | os.PathLike[str], blob: bytes) -> None:
-    """Write a data file atomically (readers never see half a file); local paths and ``file:`` URIs."""
-    write_atomically(_local_path(path), blob, make_parents=True)
-
-
-def _local_path(path: str | os.PathLike[str]) -> str:
-    path = os.fspath(path)
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    if path.startswith("file:"):
-        return path[len("file:") :]
-    return path
+    """Write a data file atomically (readers never see half a file); any path the storage layer reaches."""
+    write_atomically(path, blob, make_parents=True)
 
 
 def read_file_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a local data file (or ``file:`` URI); raises DataFileError."""
-    local = _local_path(path)
-    if "://" in local:
-        raise DataFileError(
-            f"{path}: only local paths can be read here; read Hadoop-style URIs through Spark "
-            "(psrv.spark.data) and pass the bytes to read_data_bytes()"
-        )
+    """The bytes of a data file (local path, ``file:`` or any storage-layer URI); raises DataFileError."""
     try:
-        with open(local, "rb") as handle:
-            return handle.read()
+        return read_whole(path)
     except OSError as exc:
-        raise DataFileError(f"{path}: cannot read data file ({exc.strerror or exc})") from exc
+        raise DataFileError(f"{os.fspath(path)}: cannot read data file ({exc})") from exc

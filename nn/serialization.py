@@ -22,7 +22,7 @@ import zlib
 from typing import Any
 
 import numpy as np
-from psrv.nn._files import write_atomically
+from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.errors import (
     ConfigError,
     ForeignFileError,
@@ -153,8 +153,7 @@ def save_network(net: Any, path: str | os.PathLike[str]) -> None:
 def load_network(path: str | os.PathLike[str]) -> Any:
     path = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_whole(path)
     except OSError as exc:
         raise ModelFileError(f"cannot read network file {path!r}: {exc}") from exc
     return network_from_bytes(data, source=path)

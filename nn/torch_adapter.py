@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 from psrv.nn import _inputs
-from psrv.nn._files import write_atomically
+from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
 from psrv.nn.eval_classification import Evaluation
 from psrv.nn.normalizers import normalizer_from_state
@@ -514,8 +514,7 @@ class TorchNetwork(_inputs.TrainingCounters):
     @classmethod
     def load(cls, path: Any, device: Any = None) -> TorchNetwork:
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            data = read_whole(path)
         except OSError as exc:
             raise ModelFileError(f"cannot read TorchNetwork file {path!r}: {exc}") from exc
         return cls.from_bytes(data, source=str(path), device=device)

@@ -7,6 +7,13 @@ trained one epoch per ``fit`` with SharedTrainingMaster until its test accuracy 
 same network (``Network.fit``, same batch size) is timed to the same target. Times exclude the
 Spark session start-up; each figure is the median of --runs runs. Bytes per step are the encoded
 update bytes workers sent divided by the steps, beside the dense parameter vector's size.
+
+``--storage`` measures the data paths instead (parameter averaging, export approach), on digits
+and on a synthetic set (--synthetic-rows x 100 features, generated in the tasks):
+- later fits of the same RDD with the export reused vs re-exported every fit (as before reuse:
+  ``delete_temp_files()`` before each fit), median seconds per fit after the first;
+- one evaluation pass and one fit over a Parquet DataFrame (Arrow batches read in the tasks) vs
+  the same data as .psds minibatch files (``evaluate_paths`` / ``fit_paths``).
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--master-template", default="local-cluster[{w},1,1024]",
                         help="Spark master per worker count, {w} replaced "
                         "(default local-cluster[{w},1,1024])")
+    parser.add_argument("--storage", action="store_true",
+                        help="benchmark the data paths (export reuse, Parquet vs .psds) instead")
+    parser.add_argument("--synthetic-rows", type=int, default=1_000_000,
+                        help="rows of the synthetic set for --storage (default 1000000; 0 skips it)")
+    parser.add_argument("--storage-workers", type=int, default=2,
+                        help="executors for --storage (local-cluster[W,1,2048], default 2)")
     args = parser.parse_args(argv)
     args.target = args.target if args.target is not None else (0.90 if args.quick else 0.95)
     args.runs = args.runs if args.runs is not None else (1 if args.quick else 3)
@@ -124,11 +137,146 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+# --------------------------------------------------------------------------------------------------
+# --storage: export reuse, Parquet vs .psds
+# --------------------------------------------------------------------------------------------------
+_SYNTHETIC_FEATURES = 100
+_SYNTHETIC_CLASSES = 10
+
+
+def _synthetic_partition(rows_per_partition: int):
+    """Task side: one partition's rows of the synthetic set (features ~ N(0,1), labels from a fixed
+    linear map), as DataSets of 4096 rows."""
+
+    def generate(index: int, _items):
+        from psrv.nn.data import DataSet
+
+        weights = np.random.default_rng(7).normal(size=(_SYNTHETIC_FEATURES, _SYNTHETIC_CLASSES))
+        rng = np.random.default_rng(1000 + index)
+        left = rows_per_partition
+        while left > 0:
+            n = min(4096, left)
+            x = rng.normal(size=(n, _SYNTHETIC_FEATURES)).astype(np.float32)
+            yield DataSet.from_class_indices(x, np.argmax(x @ weights, axis=1), _SYNTHETIC_CLASSES)
+            left -= n
+
+    return generate
+
+
+def _write_parquet_partition(directory: str):
+    """Task side: a partition's DataSets as one Parquet file (features array<float>, label long)."""
+
+    def write(index: int, items):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from psrv.spark import storage
+
+        tables = []
+        for data in items:
+            flat = pa.array(data.features.reshape(-1))
+            features = pa.ListArray.from_arrays(
+                pa.array(np.arange(0, len(flat) + 1, data.features.shape[1], dtype=np.int32)), flat)
+            tables.append(pa.table({"features": features, "label": pa.array(data.label_indices())}))
+        if tables:
+            with storage.open_output(storage.join(directory, f"part-{index:05d}.parquet")) as out:
+                pq.write_table(pa.concat_tables(tables), out)
+        yield len(tables)
+
+    return write
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _storage_case(sc, spark, name: str, rdd, features: int, batch: int, fits: int, workdir: str,
+                  frequency: int = 10) -> list:
+    from psrv.nn import Adam, Dense, Network, Output
+    from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
+    from psrv.spark.data import batch_and_export
+
+    def net() -> SparkNetwork:
+        network = Network([Dense(32, "relu"), Output(10)], input_shape=(features,), updater=Adam(1e-3),
+                          seed=1)
+        return SparkNetwork(sc, network, ParameterAveragingTrainingMaster(batch_size_per_worker=batch,
+                                                                         averaging_frequency=frequency))
+
+    rows = []
+    times = {}
+    for mode in ("re-exported every fit (before)", "export reused"):
+        spark_net = net()
+        spark_net.fit(rdd)  # the first fit exports in both modes
+        later = []
+        for _ in range(fits - 1):
+            if mode.startswith("re-exported"):
+                spark_net.delete_temp_files()
+            later.append(_timed(lambda: spark_net.fit(rdd)))  # noqa: B023 - called at once
+        written = spark_net.training_master._exports.stats()["files_written"]
+        spark_net.close()
+        times[mode] = statistics.median(later)
+        rows.append((f"{name}: later fit, {mode}", times[mode], written))
+        print("row:", rows[-1], flush=True)
+    parquet_dir = os.path.join(workdir, f"{name}-parquet")
+    rdd.mapPartitionsWithIndex(_write_parquet_partition(parquet_dir)).collect()
+    frame = spark.read.parquet(parquet_dir)
+    psds = batch_and_export(rdd, batch, os.path.join(workdir, f"{name}-psds"))
+    paths = sc.parallelize(psds, max(1, sc.defaultParallelism))
+    spark_net = net()
+    eval_psds = statistics.median(_timed(lambda: spark_net.evaluate_paths(paths)) for _ in range(3))
+    eval_parquet = statistics.median(_timed(lambda: spark_net.evaluate(frame)) for _ in range(3))
+    fit_psds = statistics.median(_timed(lambda: spark_net.fit_paths(paths)) for _ in range(fits - 1))
+    fit_parquet = statistics.median(_timed(lambda: spark_net.fit(frame)) for _ in range(fits - 1))
+    rows += [(f"{name}: evaluation pass, .psds files", eval_psds, None),
+             (f"{name}: evaluation pass, Parquet DataFrame", eval_parquet, None),
+             (f"{name}: fit, .psds files (fit_paths)", fit_psds, None),
+             (f"{name}: fit, Parquet DataFrame", fit_parquet, None)]
+    for row in rows[-4:]:
+        print("row:", row, flush=True)
+    return rows
+
+
+def _storage_main(args: argparse.Namespace) -> int:
+    import tempfile
+
+    workers = args.storage_workers
+    session = _session(f"local-cluster[{workers},1,2048]", workers)
+    sc = session.sparkContext
+    fits = 3 if args.quick else 4
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="psrv-bench-storage-") as workdir:
+        try:
+            train, _ = _data()
+            digits = sc.parallelize(list(train.batches(50)), workers).cache()
+            digits.count()
+            rows += _storage_case(sc, session, "digits", digits, 64, 16, fits, workdir)
+            if args.synthetic_rows > 0:
+                per = args.synthetic_rows // (workers * 2)
+                synthetic = sc.parallelize(range(workers * 2), workers * 2) \
+                    .mapPartitionsWithIndex(_synthetic_partition(per)).cache()
+                synthetic.count()
+                name = f"synthetic-{per * workers * 2}x{_SYNTHETIC_FEATURES}"
+                rows += _storage_case(sc, session, name, synthetic, _SYNTHETIC_FEATURES, 256, fits, workdir,
+                                      frequency=50)
+        finally:
+            session.stop()
+    print(f"\nlocal-cluster[{workers},1,2048], parameter averaging (export approach); medians of "
+          f"{fits - 1} later fits / 3 evaluation passes")
+    print("| case | seconds | files written by the master |")
+    print("|---|---|---|")
+    for name, seconds, written in rows:
+        print(f"| {name} | {seconds:.2f} | {'' if written is None else written} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     import logging
 
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.storage:
+        return _storage_main(args)
     train, test = _data()
     worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
     print(f"digits: {train.num_examples} train / {test.num_examples} test; target test accuracy "

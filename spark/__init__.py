@@ -13,6 +13,8 @@ from psrv.spark.errors import (
     SparkConfigError,
     SparkError,
     SparkInputError,
+    StorageError,
+    StorageUnavailableError,
     TrainingJobError,
 )
 from psrv.spark.evaluation import load_evaluations, save_evaluations
@@ -39,6 +41,8 @@ __all__ = [
     "SparkError",
     "SparkInputError",
     "SparkNetwork",
+    "StorageError",
+    "StorageUnavailableError",
     "TrainingJobError",
     "balanced_repartition",
     "load_evaluations",

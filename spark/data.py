@@ -14,10 +14,8 @@ Every function takes either a Spark RDD (and returns an RDD, lazily) or a plain 
 - ``batch_and_export`` / ``export_datasets`` write one minibatch per file; ``list_paths`` lists them;
   ``read_exported`` reads them back through Spark (any Hadoop file system).
 
-Paths: local paths (and ``file:`` URIs) are written directly by the executors, so on a multi-host
-cluster they must be on a shared mount. Other Hadoop URIs (``hdfs://``, ``s3a://`` ...) are written
-through the driver with Spark's Hadoop file system: correct everywhere, but every byte passes
-through the driver.
+Paths: every path is a local path or a URI of the storage layer (``psrv.spark.storage``:
+``file://``, ``hdfs://``, ``s3a://`` ...); the executors write and read their files themselves.
 """
 
 from __future__ import annotations

@@ -1,23 +1,21 @@
-"""Minibatch files for the data pipelines: rebatching, writing (local or any Hadoop file system),
-listing and reading back. Part of psrv.spark.data (import the names from there).
+"""Minibatch files for the data pipelines: rebatching, writing, listing and reading back. Part of
+psrv.spark.data (import the names from there).
 
-Local paths (and ``file:`` URIs) are written directly by the executors, so on a multi-host cluster
-they must be on a shared mount. Other Hadoop URIs (``hdfs://``, ``s3a://`` ...) are written through
-the driver with Spark's Hadoop file system: correct everywhere, but every byte passes the driver.
+Every path goes through the storage layer (:mod:`psrv.spark.storage`): local paths, ``file:`` URIs and
+any Hadoop-FS URI its backends reach. Executors write their own files; nothing passes the driver
+unless ``through_driver=True`` asks for it (for a cluster whose executors lack fsspec).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
-from psrv.nn._files import write_atomically
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
+from psrv.spark import storage
 from psrv.spark.batching import batches_of, check_batch_size
-from psrv.spark.errors import ExportError, SparkConfigError, SparkInputError
+from psrv.spark.errors import ExportError, SparkInputError, StorageError
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -52,50 +50,25 @@ def _data_item(item: Any) -> DataSet | MultiDataSet:
 
 
 def is_local_path(path: str) -> bool:
-    """A plain path or a ``file:`` URI (written directly); anything else goes through Hadoop."""
-    scheme = urlparse(path).scheme
-    return scheme in ("", "file") or len(scheme) == 1  # "C:" on Windows
+    """A plain path or a ``file:`` URI."""
+    return storage.is_local(path)
 
 
 def _local(path: str) -> str:
-    if path.startswith("file:"):
-        return urlparse(path).path
-    return path
+    return storage.local_path(path)
 
 
 def _join(directory: str, name: str) -> str:
-    return directory.rstrip("/") + "/" + name
-
-
-def _hadoop_fs(spark_context: SparkContext, path: str) -> tuple[Any, Any]:
-    jvm = spark_context._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path.getFileSystem(spark_context._jsc.hadoopConfiguration()), hadoop_path
+    return storage.join(directory, name)
 
 
 def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = None) -> None:
-    """Write one file: local paths atomically, other URIs through Spark's Hadoop file system."""
-    if is_local_path(path):
-        target = _local(path)
-        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        try:
-            write_atomically(target, blob)
-        except OSError as exc:
-            raise ExportError(f"cannot write {path!r}: {exc}") from exc
-        return
-    if spark_context is None:
-        raise SparkConfigError(f"{path!r} is not a local path: a SparkContext is needed to write it")
-    _hadoop_write(spark_context, path, blob)
-
-
-def _hadoop_write(spark_context: SparkContext, path: str, blob: bytes) -> None:
-    """Write (overwrite) one file through Spark's Hadoop file system."""
-    fs, hadoop_path = _hadoop_fs(spark_context, path)
-    stream = fs.create(hadoop_path, True)
+    """Write one file atomically through the storage layer (``spark_context`` is no longer needed:
+    kept for callers that pass it)."""
     try:
-        stream.write(bytearray(blob))
-    finally:
-        stream.close()
+        storage.write_bytes(path, blob)
+    except StorageError as exc:
+        raise ExportError(str(exc)) from exc
 
 
 def _file_name(partition: int, number: int, suffix: str = DATA_FILE_SUFFIX) -> str:
@@ -104,50 +77,71 @@ def _file_name(partition: int, number: int, suffix: str = DATA_FILE_SUFFIX) -> s
 
 @dataclass(frozen=True)
 class _PartitionExporter:
-    """Executor side of batch_and_export: rebatch, then write (local) or hand back bytes (remote)."""
+    """Executor side of batch_and_export: rebatch, then write (here) or hand back bytes (to the driver)."""
 
     directory: str
     batch_size: int
     write_here: bool
+    options: dict[str, dict[str, Any]]
+
+    file_format: str = "psds"
 
     def __call__(self, partition: int, items: Iterable[Any]) -> Iterator[tuple[str, bytes | None]]:
+        storage.configure(self.options)
+        parquet = self.file_format == "parquet"
+        suffix = ".parquet" if parquet else DATA_FILE_SUFFIX
         for number, batch in enumerate(rebatch(items, self.batch_size)):
-            path = _join(self.directory, _file_name(partition, number))
+            path = _join(self.directory, _file_name(partition, number, suffix))
+            if parquet:
+                from psrv.spark.parquet import dataset_to_parquet
+
+                blob = dataset_to_parquet(batch if isinstance(batch, DataSet) else batch.to_dataset())
+            else:
+                blob = batch.to_bytes()
             if self.write_here:
-                write_bytes(path, batch.to_bytes())
+                write_bytes(path, blob)
                 yield path, None
             else:
-                yield path, batch.to_bytes()
+                yield path, blob
 
 
 def _absolute(directory: str) -> str:
     """Executors run in other working directories: ship absolute local paths."""
-    if directory.startswith("file:"):
-        return "file://" + os.path.abspath(_local(directory))
-    if is_local_path(directory):
-        return os.path.abspath(directory)
-    return directory
+    return storage.absolute(directory)
+
+
+FILE_FORMATS = ("psds", "parquet")
 
 
 def batch_and_export(
-    rdd: RDD, batch_size: int, path: str, *, through_driver: bool | None = None
+    rdd: RDD, batch_size: int, path: str, *, through_driver: bool = False, file_format: str = "psds"
 ) -> list[str]:
     """Write ``rdd``'s DataSets/MultiDataSets as files of ``batch_size`` examples under directory
-    ``path``; returns the file paths, sorted (partition, then position).
+    ``path`` (any storage-layer URI); returns the file paths, sorted (partition, then position).
 
-    Local paths are written by the executors themselves; other URIs (``hdfs://`` ...) are streamed
-    to the driver and written there with Spark's Hadoop file system (``through_driver=True`` forces
-    that for any path).
+    The executors write their files themselves; ``through_driver=True`` streams every minibatch to
+    the driver, which writes it (for a cluster whose executors cannot reach the URI's file system).
+    ``file_format="parquet"`` writes each minibatch as a Parquet file (read it back with
+    ``psrv.spark.parquet.ParquetDataSetLoader``; DataSets without masks).
     """
+    if file_format not in FILE_FORMATS:
+        raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
+    if file_format == "parquet":
+        from psrv.spark.parquet import _pyarrow
+
+        _pyarrow()  # a missing pyarrow fails here, on the driver
     directory = _absolute(path)
-    via_driver = (not is_local_path(directory)) if through_driver is None else bool(through_driver)
-    exporter = _PartitionExporter(directory, check_batch_size(batch_size), not via_driver)
+    if not through_driver:
+        storage.check_task_access(directory, "batch_and_export: path")
+    options = storage.use_hadoop_configuration(rdd.context)
+    exporter = _PartitionExporter(directory, check_batch_size(batch_size), not through_driver, options,
+                                  file_format)
     produced = rdd.mapPartitionsWithIndex(exporter)
-    if not via_driver:
+    if not through_driver:
         return sorted(p for p, _ in produced.collect())
     paths = []
     for file_path, blob in produced.toLocalIterator():
-        write_bytes(file_path, blob, rdd.context)
+        write_bytes(file_path, blob)
         paths.append(file_path)
     return sorted(paths)
 
@@ -171,56 +165,22 @@ def export_datasets(
     return paths
 
 
-def _visible(name: str) -> bool:
-    return not name.startswith((".", "_"))
-
-
 def list_local_paths(directory: str, *, suffix: str | None = None, recursive: bool = True) -> list[str]:
-    """Sorted files under a local directory (hidden and ``_``-prefixed names, like _SUCCESS, skipped)."""
-    root = _local(directory)
-    if not os.path.isdir(root):
-        raise SparkInputError(f"{directory!r} is not a directory")
-    out = []
-    for current, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if _visible(d)) if recursive else []
-        out.extend(
-            os.path.join(current, f) for f in files if _visible(f) and (suffix is None or f.endswith(suffix))
-        )
-    return sorted(out)
+    """Sorted files under a directory (hidden and ``_``-prefixed names, like _SUCCESS, skipped)."""
+    try:
+        return storage.list_files(directory, suffix=suffix, recursive=recursive)
+    except StorageError as exc:
+        raise SparkInputError(str(exc)) from exc
 
 
 def list_paths(
     spark_context: SparkContext | None, directory: str, *, suffix: str | None = None, recursive: bool = True
 ) -> list[str]:
-    """Sorted file paths under ``directory`` on any Hadoop file system (local without a SparkContext).
-
-    A local directory given without a scheme yields plain local paths; URIs yield URIs.
-    """
-    if spark_context is None:
-        return list_local_paths(directory, suffix=suffix, recursive=recursive)
-    from py4j.protocol import Py4JJavaError
-
-    fs, hadoop_path = _hadoop_fs(spark_context, directory)
-    try:
-        if not fs.getFileStatus(hadoop_path).isDirectory():
-            raise SparkInputError(f"{directory!r} is not a directory")
-        iterator = fs.listFiles(hadoop_path, recursive)
-        found = []
-        while iterator.hasNext():
-            found.append(iterator.next().getPath().toString())
-    except Py4JJavaError as exc:
-        raise SparkInputError(f"cannot list {directory!r}: {exc.java_exception.toString()}") from exc
-    plain = urlparse(directory).scheme == ""
-    out = []
-    for uri in found:
-        name = uri.rstrip("/").rsplit("/", 1)[-1]
-        if not _visible(name) or (suffix is not None and not name.endswith(suffix)):
-            continue
-        if uri.startswith("file:"):  # Hadoop writes "file:/x"; answer in the form the caller used
-            local = urlparse(uri).path
-            uri = local if plain else ("file://" + local if directory.startswith("file://") else uri)
-        out.append(uri)
-    return sorted(out)
+    """Sorted file paths under ``directory`` on any storage-layer file system, in the form the caller
+    used (a plain local directory lists plain paths, a URI lists URIs). ``spark_context`` is optional."""
+    if spark_context is not None:
+        storage.use_hadoop_configuration(spark_context)
+    return list_local_paths(directory, suffix=suffix, recursive=recursive)
 
 
 def _decode_file(item: tuple[str, bytes]) -> DataSet | MultiDataSet:

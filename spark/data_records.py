@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,6 @@ from psrv.spark.data_files import (
     Record,
     _convert_partitions,
     _is_rdd,
-    _local,
     list_local_paths,
 )
 from psrv.spark.errors import SparkConfigError, SparkInputError
@@ -92,17 +90,19 @@ def read_csv(
 ) -> RDD | list[Record]:
     """Records from a CSV file or a directory of CSV files (an RDD when ``spark_context`` is given).
 
-    ``options`` are those of :func:`csv_to_records`. Without Spark only local paths can be read.
+    ``options`` are those of :func:`csv_to_records`. Without Spark the storage layer reads the path
+    (local or any URI it reaches).
     """
     if spark_context is not None:
         return csv_to_records(spark_context.textFile(path, min_partitions), **options)
-    files = list_local_paths(path) if os.path.isdir(_local(path)) else [_local(path)]
+    from psrv.spark import storage
+
+    files = list_local_paths(path) if storage.is_dir(path) else [path]
     lines: list[str] = []
     for name in files:
         try:
-            with open(name, encoding="utf-8") as handle:
-                file_lines = handle.read().splitlines()
-        except OSError as exc:
+            file_lines = storage.read_bytes(name).decode("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
             raise SparkInputError(f"cannot read CSV file {name!r}: {exc}") from exc
         lines.extend(file_lines)
     return csv_to_records(lines, **options)

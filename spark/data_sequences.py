@@ -48,9 +48,10 @@ def read_sequences(
     out = []
     for path in list_local_paths(directory):
         try:
-            with open(path, encoding="utf-8") as handle:
-                out.append(parser((path, handle.read())))
-        except OSError as exc:
+            from psrv.spark import storage
+
+            out.append(parser((path, storage.read_bytes(path).decode("utf-8"))))
+        except (OSError, UnicodeDecodeError) as exc:
             raise SparkInputError(f"cannot read sequence file {path!r}: {exc}") from exc
     return out
 

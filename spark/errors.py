@@ -32,6 +32,18 @@ class ExportError(FatalSparkError):
     """Exporting the training data as minibatch files failed (directory not writable, ...)."""
 
 
+class StorageError(FatalSparkError, OSError):
+    """A path or URI could not be read, written, listed or deleted (the message names it and why)."""
+
+
+class StorageUnavailableError(StorageError):
+    """No file system backend for a URI's scheme in this process (the message names what to install)."""
+
+
+class ExportUnreachableError(FatalSparkError):
+    """The export approach would write files that some executors cannot read (multi-host, file:// only)."""
+
+
 class EvaluationFileError(FatalSparkError):
     """A saved evaluation-results file is missing, truncated or not a psrv evaluation file."""
 

@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.nn._files import write_atomically
+from psrv.spark import storage
 from psrv.spark.batching import check_batch_size, chunked, rebatch
-from psrv.spark.data_files import _hadoop_fs, _hadoop_write, _local, is_local_path
-from psrv.spark.errors import EvaluationFileError, SparkInputError
+from psrv.spark.errors import EvaluationFileError, SparkInputError, StorageError
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.prefetch import PrefetchingIterator
-from psrv.spark.worker import task_source
+from psrv.spark.worker import path_loader, task_source
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -54,6 +53,8 @@ def _merge_lists(left: list[Any] | None, right: list[Any] | None) -> list[Any] |
 def _partition_evaluator(
     payload: Broadcast, templates: list[Any], batch_size: int, loader: Any | None, prefetch: int
 ) -> Callable[[Iterator[Any]], Iterator[list[Any]]]:
+    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
+
     def evaluate(items: Iterator[Any]) -> Iterator[list[Any]]:
         source = task_source(items, loader)
         if source is None:
@@ -241,29 +242,22 @@ def evaluations_from_json(text: str, source: str = "<text>") -> list[Any]:
 
 
 def write_text(path: str, text: str, spark_context: SparkContext | None = None) -> None:
-    """Write ``text`` to a local path (atomically) or, with a SparkContext, to any Hadoop file system URI."""
-    if is_local_path(path):
-        write_atomically(_local(path), text.encode("utf-8"), make_parents=True)
-        return
-    if spark_context is None:
-        raise SparkInputError(f"{path!r} is not a local path: pass spark_context to write through Spark")
-    _hadoop_write(spark_context, path, text.encode("utf-8"))
+    """Write ``text`` atomically to a local path or any storage-layer URI (``spark_context`` adds the
+    cluster's Hadoop settings)."""
+    if spark_context is not None:
+        storage.use_hadoop_configuration(spark_context)
+    storage.write_bytes(path, text.encode("utf-8"))
 
 
 def read_text(path: str, spark_context: SparkContext | None = None) -> str:
-    if is_local_path(path):
-        try:
-            with open(_local(path), encoding="utf-8") as handle:
-                return handle.read()
-        except OSError as exc:
-            raise EvaluationFileError(f"cannot read {path!r}: {exc}") from exc
-    if spark_context is None:
-        raise SparkInputError(f"{path!r} is not a local path: pass spark_context to read through Spark")
-    fs, hadoop_path = _hadoop_fs(spark_context, path)
-    if not fs.exists(hadoop_path):
-        raise EvaluationFileError(f"cannot read {path!r}: no such file")
-    rdd = spark_context.wholeTextFiles(path, 1)
-    return rdd.values().first()
+    if spark_context is not None:
+        storage.use_hadoop_configuration(spark_context)
+    try:
+        return storage.read_bytes(path).decode("utf-8")
+    except StorageError as exc:
+        raise EvaluationFileError(str(exc)) from exc
+    except UnicodeDecodeError as exc:
+        raise EvaluationFileError(f"{path}: not UTF-8 text ({exc})") from exc
 
 
 def save_evaluations(

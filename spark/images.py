@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn.data import DataSet, decode_arrays, encode_arrays, one_hot
 from psrv.nn.errors import DataFileError
-from psrv.spark.data_files import _absolute, _join, _local, is_local_path, list_local_paths, write_bytes
+from psrv.spark.data_files import _absolute, _join, _local, list_local_paths, write_bytes
 from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
@@ -135,9 +135,11 @@ class ImageBatch:
 
     @classmethod
     def load(cls, path: str) -> ImageBatch:
+        """Read a batch file from any path or URI the storage layer reaches."""
+        from psrv.spark import storage
+
         try:
-            with open(_local(path), "rb") as handle:
-                blob = handle.read()
+            blob = storage.read_bytes(path)
         except OSError as exc:
             raise DataFileError(f"{path}: cannot read image batch ({exc})") from exc
         return cls.from_bytes(blob, path)
@@ -249,6 +251,10 @@ class ImageDataSetLoader:
     def load(self, path: str) -> DataSet:
         return self.decode(ImageBatch.load(path))
 
+    def load_stream(self, stream: Any, path: str) -> DataSet:
+        """What a Spark task calls: the batch file as a stream opened by the storage layer."""
+        return self.decode(ImageBatch.from_bytes(stream.read(), path))
+
     def __repr__(self) -> str:
         return (
             f"ImageDataSetLoader({self.height}x{self.width}x{self.channels}, "
@@ -277,6 +283,7 @@ class _Packer:
     class_names: tuple[str, ...]
     label_pattern: str | None
     write_here: bool
+    options: dict | None = None
 
     def label(self, path: str) -> int:
         name = label_of(path, self.label_pattern)
@@ -304,6 +311,9 @@ class _Packer:
         self, partition: int, items: Iterable[tuple[str, bytes]]
     ) -> Iterator[tuple[str, bytes | None, int]]:
         """(path, bytes to write on the driver or None when written here, images in the batch)."""
+        from psrv.spark import storage
+
+        storage.configure(self.options)
         for number, batch in enumerate(self.batches(items)):
             path = _join(self.directory, f"images-{partition:05d}-{number:06d}{IMAGE_BATCH_SUFFIX}")
             if self.write_here:
@@ -334,15 +344,15 @@ def pack_images(
     label_pattern: str | None = None,
     spark_context: SparkContext | None = None,
     min_partitions: int | None = None,
-    through_driver: bool | None = None,
+    through_driver: bool = False,
 ) -> PackedImages:
     """Pack the images under ``source`` into batch files under ``output``.
 
     Without ``label_pattern`` the images sit in class subfolders (``source/<class>/<file>``); with it,
     directly in ``source`` and the pattern takes the label from each file name. With
-    ``spark_context`` the images are read with ``binaryFiles`` (any Hadoop URI) and packed by the
-    executors; non-local outputs (or any, with ``through_driver=True``) are written by the driver
-    through Spark's Hadoop file system. Images are ordered by path.
+    ``spark_context`` the images are read with ``binaryFiles`` (any Hadoop URI) and packed and written
+    by the executors through the storage layer (``through_driver=True``: written by the driver, for
+    executors that cannot reach ``output``'s file system). Images are ordered by path.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise SparkConfigError(f"batch_size: expected a positive int, got {batch_size!r}")
@@ -357,13 +367,12 @@ def pack_images(
         if label_pattern is None:
             files = [p for p in files if os.path.dirname(os.path.dirname(p)) == root.rstrip("/")]
         classes = _resolve_classes((label_of(p, label_pattern) for p in files), class_names)
-        if not is_local_path(directory):
-            raise SparkConfigError(f"{output!r} is not a local path: pass spark_context to write it")
         packer = _Packer(directory, batch_size, classes, label_pattern, True)
 
         def read(path: str) -> tuple[str, bytes]:
-            with open(path, "rb") as handle:
-                return path, handle.read()
+            from psrv.spark import storage
+
+            return path, storage.read_bytes(path)
 
         paths = [p for p, _, _ in packer(0, (read(p) for p in files))]
         return PackedImages(sorted(paths), list(classes), len(files))
@@ -376,9 +385,12 @@ def pack_images(
     else:
         found = []
     classes = _resolve_classes(found, class_names)
-    if through_driver is None:
-        through_driver = not is_local_path(directory)
-    packer = _Packer(directory, batch_size, classes, label_pattern, not through_driver)
+    from psrv.spark import storage
+
+    if not through_driver:
+        storage.check_task_access(directory, "pack_images: output")
+    options = storage.use_hadoop_configuration(spark_context)
+    packer = _Packer(directory, batch_size, classes, label_pattern, not through_driver, options)
     produced = images.mapPartitionsWithIndex(packer)
     paths, count = [], 0
     for path, blob, n in produced.collect() if not through_driver else produced.toLocalIterator():

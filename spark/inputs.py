@@ -76,16 +76,36 @@ def _rows_to_datasets(
 def dataframe_to_datasets(
     frame: Any, *, features_col: str = "features", label_col: str = "label", num_classes: int | None = None
 ) -> RDD:
-    """An RDD of DataSets from a DataFrame; ``num_classes`` one-hot encodes a class-index label column."""
+    """An RDD of DataSets from a DataFrame; ``num_classes`` one-hot encodes a class-index label column.
+
+    A DataFrame that is a plain Parquet scan is read with Arrow in the tasks (psrv.spark.parquet).
+    """
     missing = [c for c in (features_col, label_col) if c not in frame.columns]
     if missing:
         raise SparkInputError(
             f"DataFrame lacks column(s) {missing}: expected a features column {features_col!r} and a label "
             f"column {label_col!r}, got columns {frame.columns}"
         )
-    return frame.select(features_col, label_col).rdd.mapPartitions(
+    from psrv.spark.parquet import ParquetColumns, parquet_datasets
+
+    key = ("dataframe", _plan_hash(frame), features_col, label_col, num_classes)
+    rdd = parquet_datasets(frame, ParquetColumns(features_col, label_col, num_classes))
+    if rdd is not None:  # a plain Parquet scan: the tasks read Arrow batches, no row conversion
+        rdd._psrv_source_key = key
+        return rdd
+    rdd = frame.select(features_col, label_col).rdd.mapPartitions(
         _rows_to_datasets(features_col, label_col, num_classes)
     )
+    rdd._psrv_source_key = key
+    return rdd
+
+
+def _plan_hash(frame: Any) -> Any:
+    """Equal for DataFrames of the same query plan (what lets a re-fit reuse an export)."""
+    try:
+        return ("semantic", int(frame.semanticHash()))
+    except Exception:  # noqa: BLE001 - an older Spark or a plan without one: the frame's identity
+        return ("object", id(frame))
 
 
 def classes_of(network: Any) -> int | None:

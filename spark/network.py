@@ -168,3 +168,20 @@ class SparkNetwork:
 
     def load_evaluations(self, path: str) -> list[Any]:
         return distributed.load_evaluations(path, self.spark_context)
+
+    # -- temporary files ----------------------------------------------------------------------------
+    def delete_temp_files(self) -> int:
+        """Remove the data exports the training master wrote in psrv's default location (files under a
+        user-given ``export_directory`` are kept); the next ``fit`` exports again."""
+        delete = getattr(self.training_master, "delete_temp_files", None)
+        return int(delete()) if delete is not None else 0
+
+    def close(self) -> None:
+        """Release what this SparkNetwork holds on the cluster (its temporary exports)."""
+        self.delete_temp_files()
+
+    def __enter__(self) -> SparkNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -18,7 +18,7 @@ import numpy as np
 from psrv.nn.data import FileDataSetLoader
 from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.errors import SparkInputError
-from psrv.spark.export import check_training_approach, exported_minibatches
+from psrv.spark.export import ExportCache, check_training_approach, files_backed
 from psrv.spark.metrics import check_loggers, publish_round
 from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
@@ -27,6 +27,7 @@ from psrv.spark.worker import (
     EventLog,
     driver_event,
     partition_id,
+    path_loader,
     task_source,
     timed_batches,
     training_network,
@@ -82,6 +83,8 @@ def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundRes
 def _round_trainer(
     payload: Broadcast, loader: Any | None, prefetch: int, collect_stats: bool, round_number: int
 ) -> Callable[[Iterator[Any]], Iterator[RoundResult]]:
+    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
+
     def train(items: Iterator[Any]) -> Iterator[RoundResult]:
         batches = task_source(items, loader)
         if batches is None:
@@ -154,6 +157,11 @@ class ParameterAveragingTrainingMaster:
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
+        self._exports = ExportCache()  # exports of the data fitted, reused by later fits
+
+    def delete_temp_files(self) -> int:
+        """Remove the exports psrv wrote in its default location (never a user's export_directory)."""
+        return self._exports.delete_temp_files()
 
     def __repr__(self) -> str:
         return (
@@ -169,11 +177,13 @@ class ParameterAveragingTrainingMaster:
         """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
         workers = self.num_workers(spark_context)
         data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
-        if self.rdd_training_approach == "export":
+        if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
             started = time.time()
-            with exported_minibatches(data, self.batch_size_per_worker, self.export_directory) as paths:
-                self._driver_event("export", started, time.time(), minibatches=len(paths))
-                self._train_paths(spark_context, network, paths, FileDataSetLoader())
+            paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
+                                                  self.export_directory,
+                                                  (self.repartition, self.repartition_strategy))
+            self._driver_event("export", started, time.time(), minibatches=len(paths))
+            self._train_paths(spark_context, network, paths, FileDataSetLoader())
         else:
             self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1

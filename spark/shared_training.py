@@ -32,7 +32,7 @@ from psrv.spark.errors import (
     SparkInputError,
     TrainingJobError,
 )
-from psrv.spark.export import check_training_approach, exported_minibatches
+from psrv.spark.export import ExportCache, check_training_approach, files_backed
 from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
@@ -43,6 +43,7 @@ from psrv.spark.worker import (
     driver_event,
     keep_residual,
     partition_id,
+    path_loader,
     take_residual,
     task_source,
     timed_batches,
@@ -183,6 +184,8 @@ def _partition_trainer(
 ) -> Callable[[Iterator[Any]], Iterator[WorkerResult]]:
     # the loader travels in the closure (cloudpickle), not in the broadcast (plain pickle), so a
     # loader class defined in a notebook or __main__ works too
+    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
+
     def train(items: Iterator[Any]) -> Iterator[WorkerResult]:
         from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
         from pyspark import TaskContext
@@ -339,6 +342,11 @@ class SharedTrainingMaster:
         self.last_fit: dict[str, Any] = {}
         self._fault_kill_after_steps: int | None = None  # test-only hook, see _maybe_kill
         self._session_id = uuid.uuid4().hex
+        self._exports = ExportCache()  # exports of the data fitted, reused by later fits
+
+    def delete_temp_files(self) -> int:
+        """Remove the exports psrv wrote in its default location (never a user's export_directory)."""
+        return self._exports.delete_temp_files()
 
     def __repr__(self) -> str:
         return (f"SharedTrainingMaster(batch_size_per_worker={self.batch_size_per_worker}, "
@@ -351,16 +359,18 @@ class SharedTrainingMaster:
     def execute_training(self, spark_context: SparkContext, network: Any, rdd: RDD) -> None:
         workers = self.workers(spark_context)
         data = repartition_rdd(rdd, workers, self.repartition, "balanced")
-        if self.rdd_training_approach == "export":
+        if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
             started = time.time()
-            with exported_minibatches(data, self.batch_size_per_worker, self.export_directory) as paths:
-                self._driver_event("export", started, time.time(), minibatches=len(paths))
-                if not paths:
-                    raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
-                rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
-                order = rng.permutation(len(paths))
-                paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
-                self._run(spark_context, network, paths_rdd, FileDataSetLoader())
+            paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
+                                                  self.export_directory,
+                                                  self.repartition)  # reused when this data was exported
+            self._driver_event("export", started, time.time(), minibatches=len(paths))
+            if not paths:
+                raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+            rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
+            order = rng.permutation(len(paths))
+            paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
+            self._run(spark_context, network, paths_rdd, FileDataSetLoader())
         else:
             batch_size = self.batch_size_per_worker
             minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size))

@@ -10,14 +10,12 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from psrv.nn._files import write_atomically
 from psrv.spark.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
 __all__ = ["CLOCK_CAVEAT", "export_chrome_trace", "export_stats_html", "kind_colour", "kind_label",
@@ -455,13 +453,16 @@ def export_chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], 
 def export_stats_html(
     stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], path: str, *, title: str = "psrv training"
 ) -> str:
-    """Write the report to ``path`` (a local file, atomically) and return the path.
+    """Write the report to ``path`` (a local path or any storage-layer URI, atomically) and return
+    where it went (an absolute local path, or the URI).
 
     ``stats`` is what ``SparkNetwork.get_training_stats()`` returns (format: psrv.spark.stats).
     The file needs no network access: styles and SVG are inline, the raw records are embedded as
     JSON (``<script id="psrv-stats">``) for other tools.
     """
     text = render_stats_html(stats, title)
-    target = os.path.abspath(path[len("file://") :] if path.startswith("file://") else path)
-    write_atomically(target, text.encode("utf-8"), make_parents=True)
-    return target
+    from psrv.spark import storage
+
+    target = storage.absolute(path)
+    storage.write_bytes(target, text.encode("utf-8"))
+    return storage.local_path(target) if storage.is_local(target) else target

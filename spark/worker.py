@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -92,6 +93,37 @@ class EventLog:
 
     def now(self) -> float:
         return time.time()
+
+
+@dataclass(frozen=True)
+class PathLoader:
+    """A user's loader as it travels to the tasks, with the driver's storage options.
+
+    A loader with ``load_stream(stream, path)`` (psrv's own, or a user's) is handed a readable stream
+    opened through the storage layer, so it reads any URI the cluster reaches; a loader with only
+    ``load(path)`` gets the path, as before (it must then open the path itself).
+    """
+
+    loader: Any
+    options: dict[str, dict[str, Any]]
+
+    def load(self, path: str) -> Any:
+        from psrv.spark import storage
+
+        storage.configure(self.options)
+        if hasattr(self.loader, "load_stream"):
+            with storage.open_input(path) as stream:
+                return self.loader.load_stream(stream, path)
+        return self.loader.load(path)
+
+
+def path_loader(loader: Any | None) -> PathLoader | None:
+    """On the driver: wrap ``loader`` for the tasks (None stays None)."""
+    if loader is None or isinstance(loader, PathLoader):
+        return loader
+    from psrv.spark import storage
+
+    return PathLoader(loader, storage.current_options())
 
 
 def task_source(items: Iterable[Any], loader: Any | None) -> Iterator[Any] | None:

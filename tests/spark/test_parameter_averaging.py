@@ -48,7 +48,12 @@ def test_export_approach_reaches_accuracy_and_records_stats(spark_context, digit
     full, rest = divmod(minibatches, 10)
     assert net.iteration == 3 * (full * 5 + (int(np.ceil(rest / min(2, rest))) if rest else 0))
     assert spark_net.get_score() is not None and spark_net.get_score() < 1.0
-    assert list(tmp_path.iterdir()) == []  # the export is removed after the fit
+    # the data was exported once (into the user's export_directory) and reused by the later fits;
+    # files under a user-given export_directory are kept, also after close()
+    exports = list(tmp_path.iterdir())
+    assert len(exports) == 1 and len(fits) == 3 * len(list(exports[0].iterdir()))  # each file once an epoch
+    spark_net.close()
+    assert list(tmp_path.iterdir()) == exports
 
 
 def test_direct_approach_with_dataframe(spark, spark_context, digits) -> None:

@@ -1,0 +1,267 @@
+"""Parquet as training input and as a minibatch file format, read with Arrow inside the tasks.
+
+- A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(...)``, optionally with
+  columns selected) is read by the tasks themselves: each task opens its files through the storage
+  layer and turns Arrow record batches straight into DataSets, without Spark's row-by-row Python
+  conversion and without exporting psrv files first. Any other DataFrame takes the row path.
+- ``batch_and_export(..., file_format="parquet")`` writes each minibatch as one Parquet file
+  (columns ``features`` and ``labels``, fixed-size lists of float32 with the shapes in the file's
+  metadata); :class:`ParquetDataSetLoader` reads them back.
+
+Needs pyarrow (``pip install 'psrv[parquet]'``) on the driver and the executors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import numpy as np
+from psrv.nn.data import DataSet
+from psrv.spark import storage
+from psrv.spark.errors import SparkConfigError, SparkInputError
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+
+PARQUET_SUFFIX = ".parquet"
+ROWS_PER_DATASET = 1024
+_SHAPES_KEY = b"psrv.shapes"
+
+
+def pyarrow_available() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as exc:
+        raise SparkConfigError("Parquet input and output need pyarrow: pip install 'psrv[parquet]'") from exc
+    return pa
+
+
+# --------------------------------------------------------------------------------------------------
+# Arrow columns to numpy
+# --------------------------------------------------------------------------------------------------
+def _vectors(column: Any, name: str) -> np.ndarray:
+    """(n, k) float32 from a numeric, list, fixed-size-list or Spark ML Vector (struct) column."""
+    pa = _pyarrow()
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if column.null_count:
+        raise SparkInputError(f"Parquet column {name!r}: expected numbers, got {column.null_count} null(s)")
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return column.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, 1)
+    if pa.types.is_fixed_size_list(kind):
+        values = column.flatten().to_numpy(zero_copy_only=False)
+        return values.astype(np.float32, copy=False).reshape(len(column), kind.list_size)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = column.offsets.to_numpy()
+        lengths = np.diff(offsets)
+        if lengths.size and (lengths != lengths[0]).any():
+            raise SparkInputError(
+                f"Parquet column {name!r}: expected arrays of one length, got lengths "
+                f"{int(lengths.min())}..{int(lengths.max())}"
+            )
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        return values.reshape(len(column), int(lengths[0]) if lengths.size else 0)
+    if pa.types.is_struct(kind) and {"type", "size", "indices", "values"} <= {f.name for f in kind}:
+        return _ml_vectors(column, name)
+    raise SparkInputError(
+        f"Parquet column {name!r}: expected numbers, arrays of numbers or ML Vectors, got {kind}"
+    )
+
+
+def _ml_vectors(column: Any, name: str) -> np.ndarray:
+    """Spark ML's VectorUDT as stored in Parquet: struct<type: 0 sparse / 1 dense, size, indices, values>."""
+    kinds = column.field("type").to_numpy(zero_copy_only=False)
+    values = column.field("values").to_pylist()
+    if (kinds == 1).all():
+        return np.asarray(values, dtype=np.float32)
+    sizes = column.field("size").to_pylist()
+    indices = column.field("indices").to_pylist()
+    width = max((int(s) for s, k in zip(sizes, kinds, strict=True) if k == 0), default=0)
+    width = max(width, max((len(v) for v, k in zip(values, kinds, strict=True) if k == 1), default=0))
+    out = np.zeros((len(kinds), width), np.float32)
+    for row, (kind, idx, vals) in enumerate(zip(kinds, indices, values, strict=True)):
+        if kind == 1:
+            out[row, : len(vals)] = vals
+        else:
+            out[row, np.asarray(idx, dtype=np.int64)] = vals
+    if not np.isfinite(out).all():
+        raise SparkInputError(f"Parquet column {name!r}: holds non-finite values")
+    return out
+
+
+@dataclass(frozen=True)
+class ParquetColumns:
+    """Which columns hold features and labels, and how labels become label vectors."""
+
+    features_col: str = "features"
+    label_col: str = "label"
+    num_classes: int | None = None
+
+    def to_dataset(self, table: Any) -> DataSet:
+        features = _vectors(table.column(self.features_col), self.features_col)
+        labels = _vectors(table.column(self.label_col), self.label_col)
+        if self.num_classes is not None:
+            if labels.shape[1] != 1:
+                raise SparkInputError(
+                    f"Parquet column {self.label_col!r}: expected one class index per row, got "
+                    f"{labels.shape[1]} values"
+                )
+            index = labels[:, 0].astype(np.int64)
+            if index.size and (index.min() < 0 or index.max() >= self.num_classes):
+                raise SparkInputError(
+                    f"Parquet column {self.label_col!r}: expected class indices in [0, {self.num_classes}), "
+                    f"got range [{int(index.min())}, {int(index.max())}]"
+                )
+            labels = np.eye(self.num_classes, dtype=np.float32)[index]
+        return DataSet(features, labels)
+
+
+@dataclass(frozen=True)
+class ParquetFileReader:
+    """Task side: each Parquet file of the partition, opened through the storage layer, as DataSets of
+    up to ``rows`` examples (Arrow record batches converted column-wise, no per-row Python)."""
+
+    columns: ParquetColumns
+    rows: int
+    options: dict[str, dict[str, Any]]
+
+    def __call__(self, paths: Iterator[str]) -> Iterator[DataSet]:
+        import pyarrow.parquet as pq
+
+        _pyarrow()
+        storage.configure(self.options)
+        wanted = [self.columns.features_col, self.columns.label_col]
+        for path in paths:
+            with storage.open_input(path) as stream:
+                parquet = pq.ParquetFile(stream)
+                missing = [c for c in wanted if c not in parquet.schema_arrow.names]
+                if missing:
+                    raise SparkInputError(
+                        f"{path}: Parquet file lacks column(s) {missing}; it has {parquet.schema_arrow.names}"
+                    )
+                for batch in parquet.iter_batches(batch_size=self.rows, columns=wanted):
+                    if batch.num_rows:
+                        yield self.columns.to_dataset(batch)
+
+
+# --------------------------------------------------------------------------------------------------
+# DataFrames backed by Parquet
+# --------------------------------------------------------------------------------------------------
+def parquet_files(frame: Any) -> list[str] | None:
+    """The files of a DataFrame that is a plain Parquet scan (columns may be selected), else None."""
+    try:
+        plan = str(frame._jdf.queryExecution().optimizedPlan().toString())
+        # Spark answers percent-encoded URIs ("a%20b"); psrv's storage layer takes them as written
+        files = [unquote(str(f)) for f in frame.inputFiles()]
+    except Exception:  # noqa: BLE001 - not a JVM-backed DataFrame (Spark Connect ...): the row path
+        return None
+    lines = [line.strip().lstrip("+-: ").strip() for line in plan.strip().splitlines() if line.strip()]
+    relations = [line for line in lines if line.startswith("Relation")]
+    plain = len(relations) == 1 and relations[0].endswith("parquet") and all(
+        line.startswith(("Relation", "Project")) for line in lines
+    )
+    if not plain or not files:
+        return None
+    return sorted(files)
+
+
+def parquet_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PER_DATASET) -> RDD | None:
+    """An RDD of DataSets read with Arrow in the tasks, when ``frame`` is a plain Parquet scan and
+    pyarrow is here; None otherwise (the caller takes the row path)."""
+    if not pyarrow_available():
+        return None
+    files = parquet_files(frame)
+    if files is None:
+        return None
+    for column in (columns.features_col, columns.label_col):
+        if column not in frame.columns:
+            return None
+    context = frame.sparkSession.sparkContext
+    options = storage.use_hadoop_configuration(context)
+    slices = max(1, min(len(files), int(context.defaultParallelism)))
+    rdd = context.parallelize(files, slices).mapPartitions(ParquetFileReader(columns, rows, options))
+    rdd._psrv_parquet_files = files
+    return rdd
+
+
+# --------------------------------------------------------------------------------------------------
+# Parquet as the minibatch file format
+# --------------------------------------------------------------------------------------------------
+def dataset_to_parquet(batch: DataSet) -> bytes:
+    """One minibatch as a Parquet file: ``features`` and ``labels`` as fixed-size lists of float32,
+    the per-example shapes in the schema metadata (so (n, h, w, c) features come back as they were)."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq
+
+    if batch.features_mask is not None or batch.labels_mask is not None:
+        raise SparkInputError(
+            "the Parquet minibatch format holds DataSets without masks; use the .psds format"
+        )
+    columns = {}
+    shapes = {}
+    for name, array in (("features", batch.features), ("labels", batch.labels)):
+        flat = np.ascontiguousarray(array, dtype=np.float32).reshape(batch.num_examples, -1)
+        columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+        shapes[name] = list(array.shape[1:])
+    table = pa.table(columns).replace_schema_metadata({_SHAPES_KEY: json.dumps(shapes).encode()})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def dataset_from_parquet(stream: Any, source: str) -> DataSet:
+    _pyarrow()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(stream)
+    meta = table.schema.metadata or {}
+    try:
+        shapes = json.loads(meta[_SHAPES_KEY])
+    except (KeyError, ValueError) as exc:
+        raise SparkInputError(
+            f"{source}: not a psrv Parquet minibatch (no {_SHAPES_KEY.decode()} metadata)"
+        ) from exc
+    arrays = {}
+    for name in ("features", "labels"):
+        flat = _vectors(table.column(name), name)
+        arrays[name] = flat.reshape((table.num_rows, *shapes[name]))
+    return DataSet(arrays["features"], arrays["labels"])
+
+
+class ParquetDataSetLoader:
+    """Reads the Parquet minibatch files ``batch_and_export(..., file_format="parquet")`` writes."""
+
+    def load(self, path: str) -> DataSet:
+        with storage.open_input(path) as stream:
+            return self.load_stream(stream, path)
+
+    def load_stream(self, stream: Any, path: str) -> DataSet:
+        return dataset_from_parquet(stream, path)
+
+    def __repr__(self) -> str:
+        return "ParquetDataSetLoader()"
+
+
+__all__ = [
+    "PARQUET_SUFFIX",
+    "ParquetColumns",
+    "ParquetDataSetLoader",
+    "ParquetFileReader",
+    "dataset_from_parquet",
+    "dataset_to_parquet",
+    "parquet_datasets",
+    "parquet_files",
+]
