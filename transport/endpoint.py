@@ -345,6 +345,9 @@ class Endpoint:
             raise  # the role's own state errors (e.g. ControllerLostError) stop it; they are not bad input
         except TransportError as exc:  # e.g. MeshError / InvalidSequenceError from a crafted message
             self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - no frame, however absurd, may stop the I/O thread
+            self._reject("handler_error", f"{type(exc).__name__}: {exc!s:.200}")
+            self.log.debug("%s: a handler failed on a received message", self.role, exc_info=exc)
 
     def _reject(self, reason: str, detail: str) -> None:
         self.counters_.reject(reason)

@@ -366,6 +366,8 @@ class Node(Endpoint):
         ):
             return  # a late reply to an earlier attempt
         mesh = MeshOrganizer.from_dict(msg["mesh"])
+        if msg["node_id"] not in mesh:
+            raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
         with self.lock:
             self.node_id = msg["node_id"]
             self._seq = 0
@@ -476,6 +478,10 @@ class Node(Endpoint):
         ):
             return
         master = np.frombuffer(msg.buffers[0], dtype=np.dtype(msg["dtype"]))
+        if master.size != self.params.size:
+            raise FrameRejectedError(
+                "bad_payload", f"params reply of {master.size} values, this model has {self.params.size}"
+            )
         watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
         extra = {int(o): set(map(int, s)) for o, s in msg["extra_seen"].items()}
         replayed = 0
