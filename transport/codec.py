@@ -34,6 +34,8 @@ REJECT_REASONS = (
     "bad_sender",
     "bad_message",
     "handler_error",
+    "bad_origin",
+    "bad_sequence",
 )
 
 _OPS = {op.value: op for op in Op}

@@ -42,6 +42,7 @@ class TransportConfig:
     socket_buffer_bytes: int = 0  # kernel TCP send/receive buffer per socket (SNDBUF/RCVBUF); 0 = OS default
     submit_timeout_s: float = 5.0  # submit() waits this long for queue room, then SendQueueFullError
     dedup_window: int = 65536  # sequence window of the exactly-once filter, per origin
+    max_tau: float = 1000.0  # an update whose threshold exceeds this is refused (submitted or received)
     replay_ring_messages: int = 4096  # applied updates kept to rebuild params on a re-sync
     replay_ring_bytes: int = 256 * MiB
     node_name: str | None = None  # stable name of a worker (e.g. a Spark partition); rejoin -> restart flag
@@ -83,6 +84,8 @@ class TransportConfig:
         ):
             if not getattr(self, name) > 0:
                 raise bad(name, "a positive number of seconds")
+        if not (isinstance(self.max_tau, int | float) and self.max_tau > 0):
+            raise bad("max_tau", "a positive number")
         if self.linger_s < 0:
             raise bad("linger_s", "a number of seconds >= 0")
         if self.missed_beats < 1:

@@ -67,8 +67,11 @@ class Controller(Endpoint):
         self._peers: dict[int, Peer] = {}
         self._records: dict[int, NodeRecord] = {}
         self._tokens: dict[str, int] = {}
+        self._identity: dict[int, bytes] = {}  # member id -> routing id of the connection it joined from
+        self._by_identity: dict[bytes, int] = {}
         self._names_seen: set[str] = set()
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
+        self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
         self._last_tick = time.monotonic()
 
     def _on_start(self) -> None:
@@ -88,10 +91,50 @@ class Controller(Endpoint):
         return list(self._peers.values())
 
     # ------------------------------------------------------------------ handlers
+    def _authenticate(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
+        """A member's messages count only from the connection it joined from (its routing id)."""
+        if msg.op is Op.JOIN or msg.op is Op.STATUS_REQUEST:
+            return True
+        bound = self._identity.get(msg.src)
+        if bound is not None and bound != identity:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
+            )
+        return True  # a non-member is told to rejoin by the handler (see _member)
+
+    def _origin_allowed(self, origin: int, came_from: int) -> bool:
+        if origin == came_from or origin in self._retiring:
+            return True
+        if origin not in self.mesh:
+            return False
+        parent = self.mesh.parent(origin)
+        while parent > CONTROLLER_ID:  # relayed up from inside the sender's own subtree
+            if parent == came_from:
+                return True
+            parent = self.mesh.parent(parent)
+        return False
+
+    def _routes_for(self, node_id: int) -> dict[int, str]:
+        """The routing ids a node accepts messages from: the controller's and its neighbours'."""
+        routes = {CONTROLLER_ID: self.routing_id.hex()}
+        for other in self.mesh.neighbours(node_id):
+            if other in self._identity:
+                routes[other] = self._identity[other].hex()
+        return routes
+
     def on_join(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         token = msg["token"]
         node_id = self._tokens.get(token)
+        if node_id is not None and self._identity.get(node_id) != identity:
+            raise FrameRejectedError(
+                "bad_sender", f"join with node {node_id}'s token from another connection"
+            )
         if node_id is None or node_id not in self.mesh:
+            if identity is None:
+                raise FrameRejectedError("bad_sender", "a join must come from a routed connection")
+            previous = self._by_identity.get(identity)
+            if previous is not None and previous in self._peers:  # that process rejoins: one id each
+                self._remove(previous, "left", "rejoined from the same connection")
             peer_socket = self._connect_advertised(msg["address"])  # before any state changes
             node_id = self.mesh.allocate_id()
             name = msg["name"]
@@ -101,6 +144,8 @@ class Controller(Endpoint):
             place = self.mesh.add_node(node_id, msg["address"])
             self.membership.joined(node_id)
             self._tokens[token] = node_id
+            self._identity[node_id] = identity
+            self._by_identity[identity] = node_id
             self._records[node_id] = NodeRecord(node_id, msg["address"], name, token, restart)
             self._peers[node_id] = Peer(node_id, msg["address"], peer_socket)
             self.counters_.add("joins")
@@ -125,6 +170,7 @@ class Controller(Endpoint):
                 "heartbeat_s": self.config.heartbeat_s,
                 "missed_beats": self.config.missed_beats,
                 "token": token,
+                "routes": self._routes_for(node_id),
             },
             src=CONTROLLER_ID,
         )
@@ -227,6 +273,11 @@ class Controller(Endpoint):
         if record is not None:
             record.state, record.left_at, record.reason = state, time.time(), reason
             self._departed.append(record)
+            self._tokens.pop(record.token, None)
+        identity = self._identity.pop(node_id, None)
+        if identity is not None and self._by_identity.get(identity) == node_id:
+            del self._by_identity[identity]
+        self._retiring[node_id] = time.monotonic()  # its in-flight updates still count, for a while
         self.counters_.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
@@ -241,11 +292,12 @@ class Controller(Endpoint):
 
     def _broadcast_mesh(self, exclude: int | None = None) -> None:
         self.counters_.gauges["mesh_version"] = self.mesh.version
-        message = Message(
-            Op.MESH, {"mesh": self.mesh.to_dict(), "version": self.mesh.version}, src=CONTROLLER_ID
-        )
+        snapshot = self.mesh.to_dict()
         for node_id, peer in self._peers.items():
-            if node_id != exclude and not self._post(peer, message):
+            if node_id == exclude:
+                continue
+            fields = {"mesh": snapshot, "version": self.mesh.version, "routes": self._routes_for(node_id)}
+            if not self._post(peer, Message(Op.MESH, fields, src=CONTROLLER_ID)):
                 self._limited.warning(
                     f"mesh:{node_id}",
                     "controller: could not queue mesh v%d for node %d",

@@ -107,20 +107,27 @@ def _join_reply(f: dict) -> None:
     if not (math.isfinite(beat) and 0 < beat <= 3600) or not is_int(f["missed_beats"], 1, 10_000):
         raise _bad("join_reply", f"bad heartbeat pace {beat!r:.40} x {f['missed_beats']!r:.40}")
     check_text("join_reply", "token", f["token"], 128)
+    check_routes("join_reply", f["routes"])
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def check_routes(op: str, routes: dict) -> None:
-    """node id -> routing id (hex) of the neighbours a node accepts messages from."""
+    """node id -> routing id (hex) of the senders a node accepts: the controller and its neighbours."""
     if len(routes) > 4096:
         raise _bad(op, f"routes holds {len(routes)} entries")
     for key, item in routes.items():
-        if not (is_int(key) and isinstance(item, str) and len(item) <= 128):
+        if not (is_int(key) and isinstance(item, str) and 0 < len(item) <= 64 and not len(item) % 2):
             raise _bad(op, f"routes must map node ids to routing ids, got {key!r:.40}: {item!r:.40}")
+        if not _HEX.issuperset(item):
+            raise _bad(op, f"a routing id must be lowercase hex, got {item!r:.40}")
 
 
 def _mesh(f: dict) -> None:
     if not is_int(f["version"]):
         raise _bad("mesh", f"version must be an int >= 0, got {f['version']!r:.40}")
+    check_routes("mesh", f["routes"])
 
 
 def _update(f: dict) -> None:
@@ -204,10 +211,11 @@ CATALOGUE: dict[Op, Schema] = {
             "heartbeat_s": NUM,
             "missed_beats": INT,
             "token": STR,
+            "routes": DICT,
         },
         check=_join_reply,
     ),
-    Op.MESH: Schema({"mesh": DICT, "version": INT}, check=_mesh),
+    Op.MESH: Schema({"mesh": DICT, "version": INT, "routes": DICT}, check=_mesh),
     Op.UPDATE: Schema(
         {"origin": INT, "seq": INT, "iteration": INT, "epoch": INT, "tau": NUM, "encoding": STR},
         1,

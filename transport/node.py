@@ -100,6 +100,13 @@ class Node(Endpoint):
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._ctrl: Peer | None = None
         self._peers: dict[int, Peer] = {}
+        # routing id -> member id of every sender this node accepts on its ROUTER (the controller
+        # and its neighbours, as the controller announced them), the previous mesh's kept for its
+        # in-flight messages
+        self._routes: dict[bytes, int] = {}
+        self._old_routes: dict[bytes, int] = {}
+        self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
+        self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
         self._watch: ControllerWatch | None = None
         self._beat = HeartbeatTimer(config.heartbeat_s)
         # per controller beat: (its watermarks, our own seq then, our watermarks then)
@@ -136,7 +143,7 @@ class Node(Endpoint):
         if not self.running:
             raise NotRunningError("node is not running (call start() first)")
         try:
-            payload, info = check_payload(message, self.params.size, "submitted update")
+            payload, info = check_payload(message, self.params.size, "submitted update", self.config.max_tau)
         except FrameRejectedError as exc:
             raise InvalidUpdateError(exc.detail) from None
         fields = {
@@ -350,6 +357,59 @@ class Node(Endpoint):
             ),
         )
 
+    # ------------------------------------------------------------------ identity
+    _CONTROLLER_OPS = frozenset(
+        {Op.JOIN_REPLY, Op.MESH, Op.PARAMS_REPLY, Op.HEARTBEAT, Op.EVICTED, Op.SHUTDOWN, Op.STATUS_REPLY}
+    )
+
+    def _authenticate(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
+        """Replies come back on our own connection to the controller; everything else arrives on our
+        ROUTER and counts only from a routing id the controller announced, under that member's id."""
+        if identity is None:  # on the DEALER this node opened to the controller's address
+            sender = CONTROLLER_ID
+        else:
+            sender = self._routes.get(identity)
+            if sender is None:
+                sender = self._old_routes.get(identity)
+            if sender is None and self.state is NodeState.JOINING:
+                self.counters_.add(
+                    "ignored_while_joining"
+                )  # e.g. the controller's first beat racing our reply
+                return False
+        if sender != msg.src:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection that is not its own"
+            )
+        if msg.op in self._CONTROLLER_OPS and sender != CONTROLLER_ID:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} from node {sender}: only the controller sends it"
+            )
+        return True
+
+    def _set_routes(self, routes: dict) -> None:
+        new = {bytes.fromhex(rid): int(node_id) for node_id, rid in routes.items()}
+        if CONTROLLER_ID not in new.values():
+            raise FrameRejectedError("bad_field", "routes lack the controller's routing id")
+        self._old_routes, self._routes = self._routes, new
+
+    def _origin_allowed(self, origin: int, came_from: int) -> bool:
+        if origin == self.node_id or self.mesh is None:
+            return False  # our own updates never come back; a forged one would be applied twice
+        if origin not in self.mesh:  # departed: the controller still counts its in-flight updates
+            return origin in self._recent_origins or origin in self._ctrl_origins
+        if (
+            came_from == CONTROLLER_ID
+            or came_from not in self.mesh
+            or came_from == self.mesh.parent(self.node_id)
+        ):
+            return True  # from above: the rest of the mesh
+        parent = origin  # from a child: only its own subtree's updates
+        while parent > CONTROLLER_ID:
+            if parent == came_from:
+                return True
+            parent = self.mesh.parent(parent)
+        return False
+
     # ------------------------------------------------------------------ handlers
     def _from_controller(self, msg: Message) -> bool:
         if msg.src == CONTROLLER_ID:
@@ -368,6 +428,8 @@ class Node(Endpoint):
         mesh = MeshOrganizer.from_dict(msg["mesh"])
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
+        self._set_routes(msg["routes"])
+        self._old_routes = {}
         with self.lock:
             self.node_id = msg["node_id"]
             self._seq = 0
@@ -400,12 +462,14 @@ class Node(Endpoint):
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
+        self._set_routes(msg["routes"])
         self._install_mesh(mesh)
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if not self._from_controller(msg) or self.state is NodeState.JOINING:
             return
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._ctrl_origins = set(latest)
         self._note_acknowledged(latest.get(self.node_id, 0))
         if self.state is not NodeState.RUNNING:
             return
@@ -483,6 +547,7 @@ class Node(Endpoint):
                 "bad_payload", f"params reply of {master.size} values, this model has {self.params.size}"
             )
         watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
+        self._ctrl_origins = set(watermark)
         extra = {int(o): set(map(int, s)) for o, s in msg["extra_seen"].items()}
         replayed = 0
         with self.lock:
@@ -581,6 +646,8 @@ class Node(Endpoint):
             raise FrameRejectedError(
                 "bad_field", f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}"
             )
+        if self.mesh is not None:
+            self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
         self.mesh = mesh
         self.counters_.gauges["mesh_version"] = mesh.version
         for node_id in list(self._peers):
@@ -624,6 +691,8 @@ class Node(Endpoint):
             self._close_peer(peer, 0.0)
         self._peers.clear()
         self.mesh = None
+        self._routes, self._old_routes = {}, {}
+        self._recent_origins = set()
         self.seen = SeenUpdates(self.config.dedup_window)
         self.counters_.add("rejoins")
         self._begin_join()

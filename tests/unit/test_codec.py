@@ -28,10 +28,11 @@ def sample(op: Op) -> Message:
                 "heartbeat_s": 0.5,
                 "missed_beats": 3,
                 "token": "abc",
+                "routes": {0: "00ff", 1: "a1b2"},
             },
             [],
         ),
-        Op.MESH: ({"mesh": {"nodes": [[0, -1, "x", [1]]]}, "version": 9}, []),
+        Op.MESH: ({"mesh": {"nodes": [[0, -1, "x", [1]]]}, "version": 9, "routes": {0: "00ff"}}, []),
         Op.UPDATE: (UPDATE_FIELDS, [np.array([5, 1, 2, 3], dtype=np.int32)]),
         Op.UPDATES: (
             {"updates": [[3, 7, 11, 1, 1e-3, "sparse"], [4, 2, 0, 0, 0.5, "bitmap"]]},
