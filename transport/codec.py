@@ -36,6 +36,7 @@ REJECT_REASONS = (
     "handler_error",
     "bad_origin",
     "bad_sequence",
+    "join_refused",
 )
 
 _OPS = {op.value: op for op in Op}

@@ -27,6 +27,8 @@ from psrv.transport.messages import Message, Op
 from psrv.transport.peer import Peer
 
 _DEPARTED_KEPT = 256
+_RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
+_NAMES_KEPT = 65536
 
 
 @dataclass
@@ -69,9 +71,12 @@ class Controller(Endpoint):
         self._tokens: dict[str, int] = {}
         self._identity: dict[int, bytes] = {}  # member id -> routing id of the connection it joined from
         self._by_identity: dict[bytes, int] = {}
-        self._names_seen: set[str] = set()
+        self._names_seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten beyond _NAMES_KEPT
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
         self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
+        self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
+        self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
+        self._join_refill = time.monotonic()
         self._last_tick = time.monotonic()
 
     def _on_start(self) -> None:
@@ -133,17 +138,22 @@ class Controller(Endpoint):
             if identity is None:
                 raise FrameRejectedError("bad_sender", "a join must come from a routed connection")
             previous = self._by_identity.get(identity)
-            if previous is not None and previous in self._peers:  # that process rejoins: one id each
+            rejoining = previous is not None and previous in self._peers
+            self._admit(rejoining)
+            if rejoining:  # that process rejoins: one id per connection
                 self._remove(previous, "left", "rejoined from the same connection")
             peer_socket = self._connect_advertised(msg["address"])  # before any state changes
             node_id = self.mesh.allocate_id()
             name = msg["name"]
             restart = name is not None and name in self._names_seen
             if name is not None:
-                self._names_seen.add(name)
+                self._names_seen[name] = None
+                if len(self._names_seen) > _NAMES_KEPT:
+                    del self._names_seen[next(iter(self._names_seen))]
             place = self.mesh.add_node(node_id, msg["address"])
             self.membership.joined(node_id)
             self._tokens[token] = node_id
+            self._pending[node_id] = time.monotonic()
             self._identity[node_id] = identity
             self._by_identity[identity] = node_id
             self._records[node_id] = NodeRecord(node_id, msg["address"], name, token, restart)
@@ -177,10 +187,34 @@ class Controller(Endpoint):
         self._send(sock, reply, identity)
         self.counters_.gauges["mesh_version"] = self.mesh.version
 
+    def _admit(self, rejoining: bool) -> None:
+        """Admission control: members, joins not yet confirmed, and joins per second are bounded;
+        a refused join is a counted rejection (the node retries with back-off)."""
+        cfg = self.config
+        now = time.monotonic()
+        self._join_allowance = min(
+            max(1.0, cfg.join_rate_per_s),
+            self._join_allowance + (now - self._join_refill) * cfg.join_rate_per_s,
+        )
+        self._join_refill = now
+        if len(self._peers) - rejoining >= cfg.max_nodes:
+            raise FrameRejectedError("join_refused", f"the mesh is full ({cfg.max_nodes} nodes, max_nodes)")
+        if len(self._pending) >= cfg.max_pending_joins:
+            raise FrameRejectedError(
+                "join_refused", f"{len(self._pending)} joined nodes not heard from yet (max_pending_joins)"
+            )
+        if self._join_allowance < 1.0:
+            raise FrameRejectedError(
+                "join_refused", f"more than {cfg.join_rate_per_s:g} joins per second (join_rate_per_s)"
+            )
+        self._join_allowance -= 1.0
+
     def _member(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
         """Is the sender a live member? If not, tell it so (it must rejoin) and count the frame."""
         if msg.src in self._peers:
             self.membership.heard(msg.src)
+            if self._pending:
+                self._pending.pop(msg.src, None)
             return True
         self._send(
             sock,
@@ -277,6 +311,7 @@ class Controller(Endpoint):
         identity = self._identity.pop(node_id, None)
         if identity is not None and self._by_identity.get(identity) == node_id:
             del self._by_identity[identity]
+        self._pending.pop(node_id, None)
         self._retiring[node_id] = time.monotonic()  # its in-flight updates still count, for a while
         self.counters_.add("leaves" if state == "left" else "offline")
         self.log.info(
@@ -314,6 +349,7 @@ class Controller(Endpoint):
             self.log.warning("controller was frozen for %.1f s; not counting it against the nodes", stalled)
             for node_id in self.membership.online():
                 self.membership.heard(node_id)
+        self._prune_departed(now)
         timeout = self.membership.timeout_s
         for node_id in self.membership.expire():
             if node_id in self._peers:
@@ -326,6 +362,18 @@ class Controller(Endpoint):
             )
             for peer in self._peers.values():
                 self._post(peer, beat)
+
+    def _prune_departed(self, now: float) -> None:
+        """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
+        to arrive: they are folded into the master copy, and watermarks (heartbeats, parameter
+        replies) stay as small as the live mesh whatever the history. A later update of that origin
+        is refused (``bad_origin``): ids are never reused."""
+        kept = self.config.departed_kept_s
+        for node_id, since in list(self._retiring.items()):
+            if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
+                break  # oldest first: the rest are younger
+            del self._retiring[node_id]
+            self.seen.forget(node_id)
 
     def _on_stop(self) -> None:
         self._drain_commands()

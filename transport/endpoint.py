@@ -105,7 +105,8 @@ class Endpoint:
         self.log = logging.getLogger(f"psrv.transport.{self.role}")
         self._limited = RateLimitedLog(self.log, config.log_interval_s)
         self._handlers = handler_table(self)
-        self._reassembler = Reassembler(config.reassembly_limit_bytes, config.reassembly_expiry_s)
+        peer_bytes, total_bytes = config.reassembly_budget(self.params.nbytes)
+        self._reassembler = Reassembler(total_bytes, config.reassembly_expiry_s, peer_limit_bytes=peer_bytes)
         self._commands: queue.Queue = queue.Queue(maxsize=config.submit_queue_messages)
         self._wake_lock = threading.Lock()
         self._wake_pending = False

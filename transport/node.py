@@ -470,6 +470,7 @@ class Node(Endpoint):
             return
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
         self._ctrl_origins = set(latest)
+        self._prune_origins(latest)
         self._note_acknowledged(latest.get(self.node_id, 0))
         if self.state is not NodeState.RUNNING:
             return
@@ -496,6 +497,15 @@ class Node(Endpoint):
                 "node %d is behind the controller for origins %s: re-syncing", self.node_id, behind[:8]
             )
             self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def _prune_origins(self, latest: dict[int, int]) -> None:
+        """Forget what the controller forgot: departed origins no longer in its watermark."""
+        self._recent_origins &= self._ctrl_origins
+        if self.mesh is None:
+            return
+        for origin in self.seen.origins():
+            if origin not in latest and origin not in self.mesh and origin != self.node_id:
+                self.seen.forget(origin)
 
     def _resend_own(self, acknowledged: int, upto: int) -> None:
         """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay

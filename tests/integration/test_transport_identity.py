@@ -4,67 +4,11 @@ member. Every attack is a counted rejection; the members' updates all reach ever
 
 from __future__ import annotations
 
-import uuid
-
-import msgpack
 import numpy as np
 import pytest
-import zmq
-from psrv.encoding import encode
-from psrv.transport.messages import PROTOCOL_VERSION
-from psrv.transport.sockets import tcp
+from conftest import Stranger, header, update
 
 PARAMS = 1000
-
-
-def header(op: str, src: int, **fields) -> bytes:
-    return msgpack.packb({"v": PROTOCOL_VERSION, "op": op, "src": src, **fields})
-
-
-def update(src: int, origin: int, seq: int, tau: float) -> list[bytes]:
-    vector = np.zeros(PARAMS, np.float32)
-    vector[:3] = tau
-    fields = {"origin": origin, "seq": seq, "iteration": 0, "epoch": 0, "tau": tau, "encoding": "sparse"}
-    return [header("update", src, **fields), encode(vector, tau).tobytes()]
-
-
-class Stranger:
-    """Raw sockets: a DEALER with its own routing id, and a ROUTER whose address it advertises."""
-
-    def __init__(self) -> None:
-        self.context = zmq.Context()
-        self.router = self.context.socket(zmq.ROUTER)
-        self.router.linger = 0
-        self.router.bind("tcp://127.0.0.1:*")
-        self.address = self.router.last_endpoint.decode().split("//")[1]
-        self.sockets: dict[str, zmq.Socket] = {}
-
-    def dealer(self, address: str) -> zmq.Socket:
-        if address not in self.sockets:
-            sock = self.context.socket(zmq.DEALER)
-            sock.linger = 1000
-            sock.sndtimeo = 5000
-            sock.setsockopt(zmq.ROUTING_ID, uuid.uuid4().bytes)
-            sock.connect(tcp(address))
-            self.sockets[address] = sock
-        return self.sockets[address]
-
-    def send(self, address: str, frames: list[bytes]) -> None:
-        self.dealer(address).send_multipart(frames)
-
-    def join(self, controller: str) -> int:
-        """Join as the stock Node API would (no keys are configured): the stranger becomes a member."""
-        sock = self.dealer(controller)
-        sock.send_multipart([header("join", -1, address=self.address, name=None, token=uuid.uuid4().hex)])
-        assert sock.poll(10_000), "no join reply"
-        reply = msgpack.unpackb(sock.recv_multipart()[0], strict_map_key=False)
-        assert reply["op"] == "join_reply", reply
-        return reply["node_id"]
-
-    def close(self) -> None:
-        for sock in [*self.sockets.values(), self.router]:
-            sock.close(0)
-        self.context.term()
 
 
 def rejected(status: dict, reason: str, node_id: int | None = None) -> int:
@@ -88,22 +32,24 @@ def test_forged_leave_shutdown_poison_and_stolen_origin_are_rejected(cluster) ->
             stranger.send(cluster.address, [header("leave", victim["id"], reason="forged")])
         stranger.send(victim["address"], [header("shutdown", 0, reason="forged")])
         stranger.send(victim["address"], [header("evicted", 0, reason="forged")])
-        stranger.send(cluster.address, update(victim["id"], victim["id"], 10**12, 1e-3))
+        stranger.send(cluster.address, update(victim["id"], victim["id"], 10**12, 1e-3, PARAMS))
         # 2. a stranger that joined (no keys: anyone can) poisons with tau 1e30 and steals the
         #    victim's origin with a huge sequence number, on its own connection
         me = stranger.join(cluster.address)
-        stranger.send(cluster.address, update(me, me, 1, 1e30))
-        stranger.send(cluster.address, update(me, victim["id"], 10**12, 1e-3))
-        stranger.send(cluster.address, update(me, victim["id"], 5_000, 1e-3))
-        stranger.send(cluster.address, update(me, 10**6, 1, 1e-3))  # an origin that never existed
+        stranger.send(cluster.address, update(me, me, 1, 1e30, PARAMS))
+        stranger.send(cluster.address, update(me, victim["id"], 10**12, 1e-3, PARAMS))
+        stranger.send(cluster.address, update(me, victim["id"], 5_000, 1e-3, PARAMS))
+        stranger.send(cluster.address, update(me, 10**6, 1, 1e-3, PARAMS))  # an origin that never existed
         cluster.wait_for(
             lambda s: rejected(s, "bad_sender") >= 16 and rejected(s, "bad_origin") >= 3, 30, "the forgeries"
         )
     finally:
         stranger.close()
     status = cluster.wait_for(
-        lambda s: all(n["stats"].get("synthetic_sent") == 300 for n in s["nodes"] if n["id"] != me)
-        and s["counters"]["updates_applied"] == 600,
+        lambda s: (
+            all(n["stats"].get("synthetic_sent") == 300 for n in s["nodes"] if n["id"] != me)
+            and s["counters"]["updates_applied"] == 600
+        ),
         90,
         "every member update in the master copy (none dropped as a duplicate, none from the stranger)",
     )
