@@ -28,6 +28,7 @@ class TransportConfig:
     missed_beats: int = 3  # a node silent for this many beats is offline
     controller_timeout_s: float | None = None  # node side; None = heartbeat_s * (missed_beats + 0.5)
     join_timeout_s: float = 30.0  # join retries with back-off until this deadline
+    controller_lost_timeout_s: float = 60.0  # node: after losing the controller, rejoin attempts this long
     catchup_timeout_s: float = 120.0  # the parameter download after joining must finish within this
     keys: Any = None  # KeySet for CurveZMQ, or None
     keys_dir: str | None = None  # directory written by `psrv keys`; used when keys is None
@@ -83,6 +84,7 @@ class TransportConfig:
         for name in (
             "heartbeat_s",
             "join_timeout_s",
+            "controller_lost_timeout_s",
             "catchup_timeout_s",
             "reassembly_expiry_s",
             "submit_timeout_s",

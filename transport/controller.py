@@ -219,7 +219,9 @@ class Controller(Endpoint):
         self._send(
             sock,
             Message(
-                Op.EVICTED, {"reason": f"node {msg.src} is not a member of this mesh"}, src=CONTROLLER_ID
+                Op.EVICTED,
+                {"reason": f"node {msg.src} is not a member of this mesh", "node_id": msg.src},
+                src=CONTROLLER_ID,
             ),
             identity,
         )

@@ -254,7 +254,7 @@ CATALOGUE: dict[Op, Schema] = {
     ),
     Op.HEARTBEAT: Schema({"mesh_version": INT, "stats": DICT, "watermark": DICT}, check=_heartbeat),
     Op.LEAVE: Schema({"reason": STR}, check=_reason("leave")),
-    Op.EVICTED: Schema({"reason": STR}, check=_reason("evicted")),
+    Op.EVICTED: Schema({"reason": STR, "node_id": INT}, check=_reason("evicted")),
     Op.SHUTDOWN: Schema({"reason": STR}, check=_reason("shutdown")),
     Op.STATUS_REQUEST: Schema({}),
     Op.STATUS_REPLY: Schema({"status": DICT}),

@@ -119,6 +119,7 @@ class Node(Endpoint):
         self._join_attempts = 0
         self._next_join = 0.0
         self._backoff = _BACKOFF_FIRST_S
+        self._lost_since: float | None = None  # when the controller was lost (rejoining since)
         self._request_id = 0
         self._sync_first_request = 0  # any reply to a request of the current sync is a valid snapshot
         self._sync_deadline = 0.0
@@ -170,6 +171,10 @@ class Node(Endpoint):
                 self.replay.remember(origin, seq, payload, fields)
             else:  # (re)joining: numbered and sent once the catch-up is done
                 self._backlog.append((payload, fields))
+                if len(self._backlog) > self.config.replay_ring_messages:
+                    # dropped consistently: the catch-up replaces the parameters it was applied to
+                    del self._backlog[0]
+                    self.counters_.add("backlog_dropped")
                 self._slots.release()
                 return 0
         self._commands.put(("send", origin, seq, payload, fields, True))
@@ -297,7 +302,15 @@ class Node(Endpoint):
             self._watch.heard()
             self._beat = HeartbeatTimer(self.config.heartbeat_s)
         if self.state is NodeState.JOINING:
-            if now - self._join_started > self.config.join_timeout_s:
+            if self._lost_since is not None:
+                if now - self._lost_since > self.config.controller_lost_timeout_s:
+                    raise ControllerLostError(
+                        f"node {self.address} lost the controller at {self.controller_address} and could "
+                        "not rejoin within controller_lost_timeout_s = "
+                        f"{self.config.controller_lost_timeout_s:.1f} s ({self._join_attempts} join "
+                        "attempts); what it submitted since is not in the master copy"
+                    )
+            elif now - self._join_started > self.config.join_timeout_s:
                 raise JoinError(
                     f"could not join the controller at {self.controller_address} from local address "
                     f"{self.address}: no reply to {self._join_attempts} join attempts within "
@@ -317,11 +330,22 @@ class Node(Endpoint):
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX_S)
             return
         if self._watch is not None and self._watch.lost():
-            raise ControllerLostError(
-                f"node {self.node_id} ({self.address}) lost the controller at "
-                f"{self.controller_address}: silent for {self._watch.silent_for():.1f} s "
-                f"(timeout {self._watch.timeout_s:.1f} s)"
+            # a partition or a paused driver: keep trying to rejoin for controller_lost_timeout_s;
+            # on rejoin the replica is replaced by the master copy (see README: partitions)
+            self.log.warning(
+                "node %d (%s) lost the controller at %s: silent for %.1f s (timeout %.1f s); "
+                "rejoining for up to %.1f s",
+                self.node_id,
+                self.address,
+                self.controller_address,
+                self._watch.silent_for(),
+                self._watch.timeout_s,
+                self.config.controller_lost_timeout_s,
             )
+            self.counters_.add("controller_lost")
+            self._rejoin("lost the controller")
+            self._lost_since = now
+            return
         if self.state is NodeState.SYNCING:
             if now > self._sync_deadline:
                 raise JoinError(
@@ -434,6 +458,7 @@ class Node(Endpoint):
             self.node_id = msg["node_id"]
             self._seq = 0
         self._note_acknowledged(0)
+        self._lost_since = None
         self.restart = msg["restart"]
         pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
         if pace != (self.config.heartbeat_s, self.config.missed_beats) and pace[0] > 0 and pace[1] > 0:
@@ -609,6 +634,8 @@ class Node(Endpoint):
             self._sync_progress = time.monotonic()  # a large download is moving: no need to ask again
 
     def on_evicted(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if msg["node_id"] != self.node_id:
+            return  # about an id this process held before it rejoined (its old frames arrived late)
         if self._from_controller(msg) and self.state is not NodeState.JOINING:
             self._rejoin(msg["reason"])
 
