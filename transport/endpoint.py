@@ -75,12 +75,22 @@ def params_checksum(params: np.ndarray) -> dict[str, Any]:
     }
 
 
-def warm_up_decode(dtype: np.dtype) -> None:
-    """Load the numba decode kernel now, not in the I/O thread while it owes heartbeats."""
-    from psrv.encoding import decode, encode
+DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap")
 
-    message = encode(np.ones(32, dtype=dtype), 0.5)
-    decode(message, np.zeros(32, dtype=dtype))
+
+def warm_up_decode(dtype: np.dtype) -> None:
+    """Compile (or load from numba's cache) every kernel the I/O thread calls, before it runs: a
+    first sparse decode compiling inside the I/O thread froze a node for 2 s under load (it was
+    evicted). Both wire forms are decoded once, so any first-call cost is paid here too."""
+    from psrv.encoding import _kernels, decode, encode
+
+    for name in DECODE_KERNELS:
+        _ = getattr(_kernels, name).dispatcher  # every explicit signature, all float dtypes
+    dense = np.ones(32, dtype=dtype)  # every element at the threshold: the bitmap form
+    sparse = np.zeros(4096, dtype=dtype)  # one element: the sparse form
+    sparse[7] = 1.0
+    for vector in (dense, sparse):
+        decode(encode(vector.copy(), 0.5), np.zeros(vector.size, dtype=dtype))
 
 
 class Endpoint:
