@@ -75,6 +75,7 @@ class Controller(Endpoint):
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
         self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
         self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
+        self._names_by_id: dict[int, str | None] = {}  # every id admitted (the newest _NAMES_KEPT)
         self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
         self._join_refill = time.monotonic()
         self._last_tick = time.monotonic()
@@ -153,6 +154,9 @@ class Controller(Endpoint):
             place = self.mesh.add_node(node_id, msg["address"])
             self.membership.joined(node_id)
             self._tokens[token] = node_id
+            self._names_by_id[node_id] = name
+            if len(self._names_by_id) > _NAMES_KEPT:
+                del self._names_by_id[next(iter(self._names_by_id))]
             self._pending[node_id] = time.monotonic()
             self._identity[node_id] = identity
             self._by_identity[identity] = node_id
@@ -435,6 +439,11 @@ class Controller(Endpoint):
             "params_size": int(self.params.size),
             "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
         }
+
+    def member_names(self) -> dict[int, str | None]:
+        """Every node id this controller admitted (the newest 65 536) and the name it joined with:
+        with ``counters()["applied_by_origin"]`` it tells whose updates the master copy holds."""
+        return dict(self._names_by_id)
 
     def status(self, timeout_s: float = 10.0) -> dict[str, Any]:
         """The controller's view (what `psrv status` prints), taken on the I/O thread."""

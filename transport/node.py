@@ -91,6 +91,7 @@ class Node(Endpoint):
         self.want_updater_state = want_updater_state
         self.updater_state: np.ndarray | None = None  # downloaded with the params when asked for
         self.restart = False  # the controller knew this node's name from an earlier join
+        self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.state = NodeState.JOINING
         self.mesh: MeshOrganizer | None = None
         self.seen = SeenUpdates(config.dedup_window)
@@ -223,6 +224,7 @@ class Node(Endpoint):
         snap["state"] = str(self.state)
         snap["restart"] = self.restart
         snap["controller"] = self.controller_address
+        snap["node_ids"] = list(self.ids_held)
         return snap
 
     # ------------------------------------------------------------------ lifecycle
@@ -457,6 +459,7 @@ class Node(Endpoint):
         with self.lock:
             self.node_id = msg["node_id"]
             self._seq = 0
+        self.ids_held.append(self.node_id)
         self._note_acknowledged(0)
         self._lost_since = None
         self.restart = msg["restart"]
