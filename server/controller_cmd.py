@@ -6,7 +6,12 @@ import argparse
 import sys
 
 import numpy as np
-from psrv.server.options import add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.options import (
+    add_network_options,
+    config_from_args,
+    stop_event_on_signals,
+    warn_if_insecure,
+)
 from psrv.transport import Controller, TransportError
 
 
@@ -43,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     stop = stop_event_on_signals()
     try:
         config = config_from_args(args, port=args.port, mesh=args.mesh, fan_out=args.fan_out)
+        warn_if_insecure(args, "controller")
         controller = Controller(config, np.zeros(args.params, dtype=np.float32)).start()
     except (TransportError, ValueError) as exc:
         print(f"psrv controller: {exc}", file=sys.stderr)

@@ -12,7 +12,13 @@ import sys
 import time
 
 import numpy as np
-from psrv.server.options import StopFlag, add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.options import (
+    StopFlag,
+    add_network_options,
+    config_from_args,
+    stop_event_on_signals,
+    warn_if_insecure,
+)
 from psrv.server.synthetic import SyntheticUpdates
 from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
@@ -94,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             join_timeout_s=args.join_timeout,
             controller_lost_timeout_s=args.controller_lost_timeout,
         )
+        warn_if_insecure(args, "node")
         status = request_status(args.controller, config, timeout_s=args.join_timeout)
         params = np.zeros(int(status["params_size"]), dtype=np.float32)
         synthetic = SyntheticUpdates(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import logging
 import signal
 import time
 
@@ -24,6 +25,16 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="CurveZMQ key directory written by `psrv keys`; none = no encryption or authentication",
     )
+
+
+def warn_if_insecure(args: argparse.Namespace, command: str) -> None:
+    """The daemons run without CurveZMQ unless given --keys: say so loudly, once, at start."""
+    if not args.keys:
+        logging.getLogger("psrv.server").warning(
+            "psrv %s runs WITHOUT keys: any process that can reach its port can join the job and "
+            "send updates (give --keys DIR, made by `psrv keys DIR`; see README, threat model)",
+            command,
+        )
 
 
 def config_from_args(args: argparse.Namespace, **overrides: object) -> TransportConfig:
