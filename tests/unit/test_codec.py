@@ -65,7 +65,7 @@ def sample(op: Op) -> Message:
         ),
         Op.HEARTBEAT: ({"mesh_version": 3, "stats": {"updates_sent": 4}, "watermark": {1: 2}}, []),
         Op.LEAVE: ({"reason": "done"}, []),
-        Op.EVICTED: ({"reason": "unknown"}, []),
+        Op.EVICTED: ({"reason": "unknown", "node_id": 3}, []),
         Op.SHUTDOWN: ({"reason": "stop"}, []),
         Op.STATUS_REQUEST: ({}, []),
         Op.STATUS_REPLY: ({"status": {"nodes": []}}, []),
