@@ -16,6 +16,7 @@ from psrv.server.options import (
     StopFlag,
     add_network_options,
     config_from_args,
+    resolve_keys,
     stop_event_on_signals,
     warn_if_insecure,
 )
@@ -93,6 +94,8 @@ def wait_for_nodes(
 def run(args: argparse.Namespace) -> int:
     stop = stop_event_on_signals()
     try:
+        resolve_keys(args, "node", create=False)
+        warn_if_insecure(args, "node")
         config = config_from_args(
             args,
             port=args.port,
@@ -100,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
             join_timeout_s=args.join_timeout,
             controller_lost_timeout_s=args.controller_lost_timeout,
         )
-        warn_if_insecure(args, "node")
         status = request_status(args.controller, config, timeout_s=args.join_timeout)
         params = np.zeros(int(status["params_size"]), dtype=np.float32)
         synthetic = SyntheticUpdates(

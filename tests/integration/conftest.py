@@ -86,7 +86,7 @@ class Cluster:
         self.keys: str | None = None
 
     def _spawn(self, name: str, args: list[str], dump: Path | None) -> Proc:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PSRV_KEYS_DIR=str(self.tmp / "default-keys"))
         stderr_path = self.tmp / f"{name}.log"
         stderr = open(stderr_path, "w")  # noqa: SIM115 - closed right after the child inherits it
         popen = subprocess.Popen(
@@ -138,8 +138,7 @@ class Cluster:
             "--dump",
             str(dump),
         ]
-        if keys:
-            args += ["--keys", keys]
+        args += ["--keys", keys] if keys else ["--insecure"]  # keys are the daemons' default
         self.keys = keys
         proc = self._spawn("controller", args, dump)
         line = proc.read_line(30.0)
@@ -178,8 +177,7 @@ class Cluster:
             str(wait_nodes),
         ]
         keys = self.keys if keys == "default" else keys
-        if keys:
-            args += ["--keys", keys]
+        args += ["--keys", keys] if keys else ["--insecure"]
         if name:
             args += ["--name", name]
         return self._spawn(f"node{index}", args + (extra or []), dump)

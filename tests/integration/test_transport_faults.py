@@ -129,7 +129,7 @@ def test_killing_the_controller_stops_every_node_with_a_clear_error(cluster) -> 
         line = next(x for x in proc.stderr().splitlines() if " ERROR " in x and "lost the controller at" in x)
         stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         assert stamp - killed_wall <= 6.0, f"{proc.name} gave up after {stamp - killed_wall:.1f} s"
-        assert exited <= 8.0, f"{proc.name} took {exited:.1f} s to exit"
+        assert exited <= 10.0, f"{proc.name} took {exited:.1f} s to exit"  # + 1 s of rejoin attempts
         assert "lost the controller at " + cluster.address in proc.stderr()
 
 
