@@ -6,7 +6,13 @@ import argparse
 import sys
 
 import numpy as np
-from psrv.server.options import add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.options import (
+    add_network_options,
+    config_from_args,
+    resolve_keys,
+    stop_event_on_signals,
+    warn_if_insecure,
+)
 from psrv.transport import Controller, TransportError
 
 
@@ -42,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     stop = stop_event_on_signals()
     try:
+        resolve_keys(args, "controller", create=True)
+        warn_if_insecure(args, "controller")
         config = config_from_args(args, port=args.port, mesh=args.mesh, fan_out=args.fan_out)
         controller = Controller(config, np.zeros(args.params, dtype=np.float32)).start()
     except (TransportError, ValueError) as exc:

@@ -12,7 +12,14 @@ import sys
 import time
 
 import numpy as np
-from psrv.server.options import StopFlag, add_network_options, config_from_args, stop_event_on_signals
+from psrv.server.options import (
+    StopFlag,
+    add_network_options,
+    config_from_args,
+    resolve_keys,
+    stop_event_on_signals,
+    warn_if_insecure,
+)
 from psrv.server.synthetic import SyntheticUpdates
 from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
@@ -27,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Join the controller (retrying until --join-timeout), catch up, send "
         "--updates synthetic updates at --rate per second and keep applying what "
         "arrives until SIGINT/SIGTERM; then print the counters as one JSON line "
-        "and write the parameters to --dump. Exit 3 if the controller is lost.",
+        "and write the parameters to --dump. Exit 3 if the controller is lost and no rejoin "
+        "succeeds within --controller-lost-timeout.",
     )
     p.add_argument("--controller", required=True, metavar="HOST:PORT", help="address of the controller")
     add_network_options(p)
@@ -56,6 +64,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="start sending only once the controller counts N live nodes (0 = at once)",
     )
     p.add_argument("--join-timeout", type=float, default=30.0, help="seconds to keep retrying the join")
+    p.add_argument(
+        "--controller-lost-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="after losing the controller (a partition, a paused driver), seconds to keep trying to "
+        "rejoin before exiting 3",
+    )
     p.add_argument("--dump", metavar="FILE.npy", default=None, help="write the parameters here on exit")
     p.set_defaults(func=run)
 
@@ -78,7 +94,15 @@ def wait_for_nodes(
 def run(args: argparse.Namespace) -> int:
     stop = stop_event_on_signals()
     try:
-        config = config_from_args(args, port=args.port, node_name=args.name, join_timeout_s=args.join_timeout)
+        resolve_keys(args, "node", create=False)
+        warn_if_insecure(args, "node")
+        config = config_from_args(
+            args,
+            port=args.port,
+            node_name=args.name,
+            join_timeout_s=args.join_timeout,
+            controller_lost_timeout_s=args.controller_lost_timeout,
+        )
         status = request_status(args.controller, config, timeout_s=args.join_timeout)
         params = np.zeros(int(status["params_size"]), dtype=np.float32)
         synthetic = SyntheticUpdates(

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import logging
+import os
 import signal
 import time
+from pathlib import Path
 
 from psrv.transport import TransportConfig
+from psrv.transport.errors import TransportConfigError
+from psrv.transport.keys import KEY_FILES, generate_keys, write_keys
+
+KEYS_ENV = "PSRV_KEYS_DIR"
+DEFAULT_KEYS_DIR = "~/.psrv/keys"
 
 
 def add_network_options(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +30,56 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
         "--keys",
         metavar="DIR",
         default=None,
-        help="CurveZMQ key directory written by `psrv keys`; none = no encryption or authentication",
+        help="CurveZMQ key directory written by `psrv keys`; none = the default key directory "
+        f"(${KEYS_ENV}, else {DEFAULT_KEYS_DIR}), which `psrv controller` creates if missing",
     )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no CurveZMQ: anyone who can reach the ports can join the job (logged loudly at start)",
+    )
+
+
+def default_keys_dir() -> Path:
+    return Path(os.environ.get(KEYS_ENV) or DEFAULT_KEYS_DIR).expanduser()
+
+
+def resolve_keys(args: argparse.Namespace, command: str, *, create: bool) -> str | None:
+    """Keys are on by default: --keys DIR, else the default key directory (the controller makes
+    it with a fresh key set when missing); None only with --insecure. Sets ``args.keys``."""
+    if getattr(args, "insecure", False):
+        if args.keys:
+            raise TransportConfigError("--keys and --insecure contradict each other; give one")
+        return None
+    if args.keys:
+        return args.keys
+    directory = default_keys_dir()
+    if not (directory / KEY_FILES["server_public"]).exists() and create:
+        write_keys(generate_keys(), directory)
+        logging.getLogger("psrv.server").warning(
+            "psrv %s: wrote a fresh CurveZMQ key set to %s; give it to the nodes (--keys, or the "
+            "same default directory on their host)",
+            command,
+            directory,
+        )
+    if not directory.is_dir():
+        raise TransportConfigError(
+            f"psrv {command}: no --keys given and the default key directory {directory} does not exist; "
+            f"pass --keys DIR (made by `psrv keys DIR` or by `psrv controller`), set ${KEYS_ENV}, "
+            "or run without keys with --insecure"
+        )
+    args.keys = str(directory)
+    return args.keys
+
+
+def warn_if_insecure(args: argparse.Namespace, command: str) -> None:
+    """The daemons run without CurveZMQ only with --insecure: say so loudly, once, at start."""
+    if not args.keys:
+        logging.getLogger("psrv.server").warning(
+            "psrv %s runs WITHOUT keys (--insecure): any process that can reach its port can join "
+            "the job and send updates (see README, threat model)",
+            command,
+        )
 
 
 def config_from_args(args: argparse.Namespace, **overrides: object) -> TransportConfig:

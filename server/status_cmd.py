@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from psrv.server.options import default_keys_dir
 from psrv.transport import TransportConfig, TransportError
 from psrv.transport.client import request_status
 
@@ -21,7 +22,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("address", metavar="HOST:PORT", help="address of the controller")
     p.add_argument("--json", action="store_true", help="print the whole status as one JSON document")
     p.add_argument(
-        "--keys", metavar="DIR", default=None, help="CurveZMQ key directory (when the controller uses keys)"
+        "--keys",
+        metavar="DIR",
+        default=None,
+        help="CurveZMQ key directory; none = the default key directory when it exists "
+        "(see `psrv controller --help`)",
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="ask without CurveZMQ (a controller run --insecure)"
     )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the reply")
     p.set_defaults(func=run)
@@ -67,7 +75,10 @@ def format_status(status: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        status = request_status(args.address, TransportConfig(keys_dir=args.keys), timeout_s=args.timeout)
+        keys = args.keys
+        if keys is None and not args.insecure and default_keys_dir().is_dir():
+            keys = str(default_keys_dir())
+        status = request_status(args.address, TransportConfig(keys_dir=keys), timeout_s=args.timeout)
     except TransportError as exc:
         print(f"psrv status: {exc}", file=sys.stderr)
         return 1

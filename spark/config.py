@@ -74,6 +74,8 @@ class VoidConfiguration:
     - ``mesh_fan_out``: most children per node in ``mesh`` mode (small values force a deep tree).
     - ``join_timeout_ms``: how long a worker tries to reach the controller before its task fails
       (and how long the driver waits for the first worker before cancelling the job).
+    - ``controller_lost_timeout_ms``: how long a worker that lost the controller (a partition, a
+      paused driver) keeps trying to rejoin before its task fails.
     """
 
     controller_address: str | None = None
@@ -84,6 +86,7 @@ class VoidConfiguration:
     secure: bool = True
     join_timeout_ms: int = 15_000
     mesh_fan_out: int = 8
+    controller_lost_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if self.controller_address is not None:
@@ -99,7 +102,7 @@ class VoidConfiguration:
         fan_out = self.mesh_fan_out
         if isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 1:
             raise SparkConfigError(f"mesh_fan_out: expected an int >= 1, got {self.mesh_fan_out!r}")
-        for name in ("heartbeat_ms", "join_timeout_ms"):
+        for name in ("heartbeat_ms", "join_timeout_ms", "controller_lost_timeout_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise SparkConfigError(f"{name}: expected a positive number of milliseconds, got {value!r}")
@@ -143,6 +146,7 @@ class VoidConfiguration:
             fan_out=self.mesh_fan_out,
             heartbeat_s=self.heartbeat_ms / 1000.0,
             join_timeout_s=self.join_timeout_ms / 1000.0,
+            controller_lost_timeout_s=self.controller_lost_timeout_ms / 1000.0,
             keys=keys,
             **extra,
         )

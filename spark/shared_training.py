@@ -431,6 +431,7 @@ class SharedTrainingMaster:
             with controller.lock:
                 final = np.array(controller.params, copy=True)
             controller_counters = controller.counters()
+            controller_counters["member_names"] = controller.member_names()
         finally:
             controller.stop()
             broadcast.unpersist()
@@ -516,8 +517,7 @@ class SharedTrainingMaster:
             "messages": sum(r.messages for r in results),
             "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
             "controller_updates_applied": controller_counters.get("updates_applied"),
-            "updates_missing": max(0, sent - int(controller_counters.get("updates_applied") or 0)),
-            "retried_partitions": sorted({r.partition for r in results if r.attempt > 0}),
+            **_accounting(setup.job_id, results, sent, controller_counters),
             "threshold": float(self.threshold_algorithm.threshold),
             **_replica_summary(results),
         }
@@ -557,6 +557,28 @@ def _replica_summary(results: list[WorkerResult]) -> dict[str, Any]:
         "replicas_diverged": len(diverged),
         "replicas_unchecked": len(unchecked),
         "replica_max_relative_l2": worst,
+    }
+
+
+def _accounting(job_id: str, results: list[WorkerResult], sent: int,
+                controller_counters: dict[str, Any]) -> dict[str, Any]:
+    """What the master copy holds, by attempt: a failed attempt's updates that reached the controller
+    stay applied (README), so they are counted apart; ``updates_missing`` compares what the
+    successful attempts sent with what of theirs the master applied."""
+    applied = controller_counters.get("applied_by_origin") or {}
+    names = controller_counters.get("member_names") or {}
+    finished = {int(i) for r in results for i in r.counters.get("node_ids", ())}
+    from_finished = sum(int(applied.get(i, 0)) for i in finished)
+    prefix = f"{job_id}-p"
+    failed_parts = {int(name[len(prefix):]) for i, name in names.items()
+                    if i not in finished and name and name.startswith(prefix)
+                    and name[len(prefix):].isdigit()}
+    by_failed = sum(int(n) for i, n in applied.items() if int(i) not in finished)
+    retried = {r.partition for r in results if r.attempt > 0} | failed_parts
+    return {
+        "updates_missing": max(0, sent - from_finished),
+        "updates_applied_by_failed_attempts": by_failed,
+        "retried_partitions": sorted(retried),
     }
 
 

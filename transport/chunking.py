@@ -70,12 +70,20 @@ class Reassembler:
     """Collects chunks per (sender, msg_id); memory-bounded, with expiry on an injected clock."""
 
     def __init__(
-        self, limit_bytes: int, expiry_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        limit_bytes: int,
+        expiry_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        peer_limit_bytes: int | None = None,
     ) -> None:
         self.limit_bytes = limit_bytes
+        self.peer_limit_bytes = (
+            limit_bytes if peer_limit_bytes is None else min(peer_limit_bytes, limit_bytes)
+        )
         self.expiry_s = expiry_s
         self.clock = clock
         self._partials: dict[tuple[Any, int], _Partial] = {}
+        self._per_sender: dict[Any, int] = {}  # bytes reserved by each sender's incomplete messages
         self.in_flight_bytes = 0
 
     def __len__(self) -> int:
@@ -93,6 +101,14 @@ class Reassembler:
                     f"chunked message of {f['total']} bytes exceeds the "
                     f"reassembly budget ({self.in_flight_bytes}/{self.limit_bytes} in use)",
                 )
+            held = self._per_sender.get(sender, 0)
+            if f["total"] > self.peer_limit_bytes - held:
+                raise FrameRejectedError(
+                    "bad_chunk",
+                    f"chunked message of {f['total']} bytes exceeds this sender's reassembly budget "
+                    f"({held}/{self.peer_limit_bytes} in use)",
+                )
+            self._per_sender[sender] = held + f["total"]
             partial = _Partial(
                 f["total"], f["count"], f["inner"], list(f["lengths"]), bytearray(f["total"]), self.clock()
             )
@@ -130,3 +146,6 @@ class Reassembler:
         partial = self._partials.pop(key, None)
         if partial is not None:
             self.in_flight_bytes -= partial.total
+            left = self._per_sender.pop(key[0], 0) - partial.total
+            if left > 0:
+                self._per_sender[key[0]] = left

@@ -28,13 +28,16 @@ class TransportConfig:
     missed_beats: int = 3  # a node silent for this many beats is offline
     controller_timeout_s: float | None = None  # node side; None = heartbeat_s * (missed_beats + 0.5)
     join_timeout_s: float = 30.0  # join retries with back-off until this deadline
+    controller_lost_timeout_s: float = 60.0  # node: after losing the controller, rejoin attempts this long
     catchup_timeout_s: float = 120.0  # the parameter download after joining must finish within this
     keys: Any = None  # KeySet for CurveZMQ, or None
     keys_dir: str | None = None  # directory written by `psrv keys`; used when keys is None
     max_message_bytes: int = 64 * MiB  # largest frame accepted (zmq MAXMSGSIZE + codec check)
     max_header_bytes: int = 4 * MiB  # largest msgpack header accepted
     chunk_bytes: int = 16 * MiB  # payloads larger than this travel in chunks of this size
-    reassembly_limit_bytes: int = 2048 * MiB  # memory bound of incomplete chunked messages
+    reassembly_limit_bytes: int = 2048 * MiB  # memory bound of incomplete chunked messages, per process
+    # per sender; None = sized from the model: 8 x the parameters' bytes (params + updater state) + 2 chunks
+    reassembly_peer_bytes: int | None = None
     reassembly_expiry_s: float = 30.0  # an incomplete chunked message older than this is dropped
     peer_queue_messages: int = 1000  # per-peer send queue (zmq SNDHWM); full -> dropped + counted
     submit_queue_messages: int = 1000  # node.submit() queue towards the I/O thread
@@ -42,6 +45,11 @@ class TransportConfig:
     socket_buffer_bytes: int = 0  # kernel TCP send/receive buffer per socket (SNDBUF/RCVBUF); 0 = OS default
     submit_timeout_s: float = 5.0  # submit() waits this long for queue room, then SendQueueFullError
     dedup_window: int = 65536  # sequence window of the exactly-once filter, per origin
+    max_nodes: int = 1024  # controller: members at most; a join beyond is refused (counted)
+    max_pending_joins: int = 64  # controller: members admitted but not heard from since
+    join_rate_per_s: float = 50.0  # controller: admitted joins per second (a burst of as many)
+    departed_kept_s: float = 30.0  # a departed member's late updates count this long; then its state goes
+    max_tau: float = 1000.0  # an update whose threshold exceeds this is refused (submitted, received)
     replay_ring_messages: int = 4096  # applied updates kept to rebuild params on a re-sync
     replay_ring_bytes: int = 256 * MiB
     node_name: str | None = None  # stable name of a worker (e.g. a Spark partition); rejoin -> restart flag
@@ -76,6 +84,7 @@ class TransportConfig:
         for name in (
             "heartbeat_s",
             "join_timeout_s",
+            "controller_lost_timeout_s",
             "catchup_timeout_s",
             "reassembly_expiry_s",
             "submit_timeout_s",
@@ -83,10 +92,18 @@ class TransportConfig:
         ):
             if not getattr(self, name) > 0:
                 raise bad(name, "a positive number of seconds")
+        if not (isinstance(self.max_tau, int | float) and self.max_tau > 0):
+            raise bad("max_tau", "a positive number")
         if self.linger_s < 0:
             raise bad("linger_s", "a number of seconds >= 0")
         if self.missed_beats < 1:
             raise bad("missed_beats", "an int >= 1")
+        if self.reassembly_peer_bytes is not None and int(self.reassembly_peer_bytes) < 1:
+            raise bad("reassembly_peer_bytes", "a positive int or None (sized from the model)")
+        if not self.join_rate_per_s > 0:
+            raise bad("join_rate_per_s", "a positive number of joins per second")
+        if not self.departed_kept_s >= 0:
+            raise bad("departed_kept_s", "a number of seconds >= 0")
         if self.controller_timeout_s is not None and self.controller_timeout_s <= 0:
             raise bad("controller_timeout_s", "a positive number of seconds or None")
         for name in (
@@ -100,6 +117,8 @@ class TransportConfig:
             "dedup_window",
             "replay_ring_messages",
             "replay_ring_bytes",
+            "max_nodes",
+            "max_pending_joins",
         ):
             if int(getattr(self, name)) < 1:
                 raise bad(name, "a positive int")
@@ -110,6 +129,17 @@ class TransportConfig:
                 "chunk_bytes",
                 f"chunk_bytes + max_header_bytes <= max_message_bytes ({self.max_message_bytes})",
             )
+
+    def reassembly_budget(self, params_nbytes: int) -> tuple[int, int]:
+        """(per sender, per process) bytes of incomplete chunked messages a process holds.
+
+        The largest message a peer sends legitimately is a parameter download (params and the
+        updater state); per process, four such senders at once, never above ``reassembly_limit_bytes``.
+        """
+        peer = self.reassembly_peer_bytes
+        if peer is None:
+            peer = 8 * params_nbytes + 2 * self.chunk_bytes
+        return min(peer, self.reassembly_limit_bytes), min(4 * peer, self.reassembly_limit_bytes)
 
     def resolved_keys(self) -> Any:
         """The KeySet in force: ``keys``, else the one read from ``keys_dir``, else None."""

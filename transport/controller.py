@@ -27,6 +27,8 @@ from psrv.transport.messages import Message, Op
 from psrv.transport.peer import Peer
 
 _DEPARTED_KEPT = 256
+_RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
+_NAMES_KEPT = 65536
 
 
 @dataclass
@@ -67,8 +69,15 @@ class Controller(Endpoint):
         self._peers: dict[int, Peer] = {}
         self._records: dict[int, NodeRecord] = {}
         self._tokens: dict[str, int] = {}
-        self._names_seen: set[str] = set()
+        self._identity: dict[int, bytes] = {}  # member id -> routing id of the connection it joined from
+        self._by_identity: dict[bytes, int] = {}
+        self._names_seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten beyond _NAMES_KEPT
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
+        self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
+        self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
+        self._names_by_id: dict[int, str | None] = {}  # every id admitted (the newest _NAMES_KEPT)
+        self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
+        self._join_refill = time.monotonic()
         self._last_tick = time.monotonic()
 
     def _on_start(self) -> None:
@@ -88,19 +97,69 @@ class Controller(Endpoint):
         return list(self._peers.values())
 
     # ------------------------------------------------------------------ handlers
+    def _authenticate(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
+        """A member's messages count only from the connection it joined from (its routing id)."""
+        if msg.op is Op.JOIN or msg.op is Op.STATUS_REQUEST:
+            return True
+        bound = self._identity.get(msg.src)
+        if bound is not None and bound != identity:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
+            )
+        return True  # a non-member is told to rejoin by the handler (see _member)
+
+    def _origin_allowed(self, origin: int, came_from: int) -> bool:
+        if origin == came_from or origin in self._retiring:
+            return True
+        if origin not in self.mesh:
+            return False
+        parent = self.mesh.parent(origin)
+        while parent > CONTROLLER_ID:  # relayed up from inside the sender's own subtree
+            if parent == came_from:
+                return True
+            parent = self.mesh.parent(parent)
+        return False
+
+    def _routes_for(self, node_id: int) -> dict[int, str]:
+        """The routing ids a node accepts messages from: the controller's and its neighbours'."""
+        routes = {CONTROLLER_ID: self.routing_id.hex()}
+        for other in self.mesh.neighbours(node_id):
+            if other in self._identity:
+                routes[other] = self._identity[other].hex()
+        return routes
+
     def on_join(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         token = msg["token"]
         node_id = self._tokens.get(token)
+        if node_id is not None and self._identity.get(node_id) != identity:
+            raise FrameRejectedError(
+                "bad_sender", f"join with node {node_id}'s token from another connection"
+            )
         if node_id is None or node_id not in self.mesh:
+            if identity is None:
+                raise FrameRejectedError("bad_sender", "a join must come from a routed connection")
+            previous = self._by_identity.get(identity)
+            rejoining = previous is not None and previous in self._peers
+            self._admit(rejoining)
+            if rejoining:  # that process rejoins: one id per connection
+                self._remove(previous, "left", "rejoined from the same connection")
             peer_socket = self._connect_advertised(msg["address"])  # before any state changes
             node_id = self.mesh.allocate_id()
             name = msg["name"]
             restart = name is not None and name in self._names_seen
             if name is not None:
-                self._names_seen.add(name)
+                self._names_seen[name] = None
+                if len(self._names_seen) > _NAMES_KEPT:
+                    del self._names_seen[next(iter(self._names_seen))]
             place = self.mesh.add_node(node_id, msg["address"])
             self.membership.joined(node_id)
             self._tokens[token] = node_id
+            self._names_by_id[node_id] = name
+            if len(self._names_by_id) > _NAMES_KEPT:
+                del self._names_by_id[next(iter(self._names_by_id))]
+            self._pending[node_id] = time.monotonic()
+            self._identity[node_id] = identity
+            self._by_identity[identity] = node_id
             self._records[node_id] = NodeRecord(node_id, msg["address"], name, token, restart)
             self._peers[node_id] = Peer(node_id, msg["address"], peer_socket)
             self.counters_.add("joins")
@@ -125,21 +184,48 @@ class Controller(Endpoint):
                 "heartbeat_s": self.config.heartbeat_s,
                 "missed_beats": self.config.missed_beats,
                 "token": token,
+                "routes": self._routes_for(node_id),
             },
             src=CONTROLLER_ID,
         )
         self._send(sock, reply, identity)
         self.counters_.gauges["mesh_version"] = self.mesh.version
 
+    def _admit(self, rejoining: bool) -> None:
+        """Admission control: members, joins not yet confirmed, and joins per second are bounded;
+        a refused join is a counted rejection (the node retries with back-off)."""
+        cfg = self.config
+        now = time.monotonic()
+        self._join_allowance = min(
+            max(1.0, cfg.join_rate_per_s),
+            self._join_allowance + (now - self._join_refill) * cfg.join_rate_per_s,
+        )
+        self._join_refill = now
+        if len(self._peers) - rejoining >= cfg.max_nodes:
+            raise FrameRejectedError("join_refused", f"the mesh is full ({cfg.max_nodes} nodes, max_nodes)")
+        if len(self._pending) >= cfg.max_pending_joins:
+            raise FrameRejectedError(
+                "join_refused", f"{len(self._pending)} joined nodes not heard from yet (max_pending_joins)"
+            )
+        if self._join_allowance < 1.0:
+            raise FrameRejectedError(
+                "join_refused", f"more than {cfg.join_rate_per_s:g} joins per second (join_rate_per_s)"
+            )
+        self._join_allowance -= 1.0
+
     def _member(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
         """Is the sender a live member? If not, tell it so (it must rejoin) and count the frame."""
         if msg.src in self._peers:
             self.membership.heard(msg.src)
+            if self._pending:
+                self._pending.pop(msg.src, None)
             return True
         self._send(
             sock,
             Message(
-                Op.EVICTED, {"reason": f"node {msg.src} is not a member of this mesh"}, src=CONTROLLER_ID
+                Op.EVICTED,
+                {"reason": f"node {msg.src} is not a member of this mesh", "node_id": msg.src},
+                src=CONTROLLER_ID,
             ),
             identity,
         )
@@ -227,6 +313,12 @@ class Controller(Endpoint):
         if record is not None:
             record.state, record.left_at, record.reason = state, time.time(), reason
             self._departed.append(record)
+            self._tokens.pop(record.token, None)
+        identity = self._identity.pop(node_id, None)
+        if identity is not None and self._by_identity.get(identity) == node_id:
+            del self._by_identity[identity]
+        self._pending.pop(node_id, None)
+        self._retiring[node_id] = time.monotonic()  # its in-flight updates still count, for a while
         self.counters_.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
@@ -241,11 +333,12 @@ class Controller(Endpoint):
 
     def _broadcast_mesh(self, exclude: int | None = None) -> None:
         self.counters_.gauges["mesh_version"] = self.mesh.version
-        message = Message(
-            Op.MESH, {"mesh": self.mesh.to_dict(), "version": self.mesh.version}, src=CONTROLLER_ID
-        )
+        snapshot = self.mesh.to_dict()
         for node_id, peer in self._peers.items():
-            if node_id != exclude and not self._post(peer, message):
+            if node_id == exclude:
+                continue
+            fields = {"mesh": snapshot, "version": self.mesh.version, "routes": self._routes_for(node_id)}
+            if not self._post(peer, Message(Op.MESH, fields, src=CONTROLLER_ID)):
                 self._limited.warning(
                     f"mesh:{node_id}",
                     "controller: could not queue mesh v%d for node %d",
@@ -262,6 +355,7 @@ class Controller(Endpoint):
             self.log.warning("controller was frozen for %.1f s; not counting it against the nodes", stalled)
             for node_id in self.membership.online():
                 self.membership.heard(node_id)
+        self._prune_departed(now)
         timeout = self.membership.timeout_s
         for node_id in self.membership.expire():
             if node_id in self._peers:
@@ -274,6 +368,18 @@ class Controller(Endpoint):
             )
             for peer in self._peers.values():
                 self._post(peer, beat)
+
+    def _prune_departed(self, now: float) -> None:
+        """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
+        to arrive: they are folded into the master copy, and watermarks (heartbeats, parameter
+        replies) stay as small as the live mesh whatever the history. A later update of that origin
+        is refused (``bad_origin``): ids are never reused."""
+        kept = self.config.departed_kept_s
+        for node_id, since in list(self._retiring.items()):
+            if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
+                break  # oldest first: the rest are younger
+            del self._retiring[node_id]
+            self.seen.forget(node_id)
 
     def _on_stop(self) -> None:
         self._drain_commands()
@@ -333,6 +439,11 @@ class Controller(Endpoint):
             "params_size": int(self.params.size),
             "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
         }
+
+    def member_names(self) -> dict[int, str | None]:
+        """Every node id this controller admitted (the newest 65 536) and the name it joined with:
+        with ``counters()["applied_by_origin"]`` it tells whose updates the master copy holds."""
+        return dict(self._names_by_id)
 
     def status(self, timeout_s: float = 10.0) -> dict[str, Any]:
         """The controller's view (what `psrv status` prints), taken on the I/O thread."""

@@ -33,11 +33,12 @@ from psrv.transport.errors import InvalidSequenceError
 
 
 class _Origin:
-    __slots__ = ("mark", "above")
+    __slots__ = ("mark", "above", "top")
 
     def __init__(self) -> None:
         self.mark = 0
         self.above: set[int] = set()
+        self.top = 0  # the highest seq seen or covered
 
     def advance(self) -> None:
         """Move the watermark over every contiguous seq already seen above it."""
@@ -54,6 +55,7 @@ class _Origin:
         if mark <= self.mark:
             return
         self.mark = mark
+        self.top = max(self.top, mark)
         if self.above:
             self.above = {s for s in self.above if s > mark}
             self.advance()
@@ -85,7 +87,7 @@ class SeenUpdates:
             state = self._origins[origin] = _Origin()
         mark = state.mark
         if seq == mark + 1 and not state.above:  # the usual, in-order case
-            state.mark = seq
+            state.mark = state.top = seq
             return True
         if seq <= mark:
             self.duplicates += 1
@@ -99,8 +101,21 @@ class SeenUpdates:
             self.skipped += floor - mark - held
             state.raise_to(floor)
         state.above.add(seq)
+        if seq > state.top:
+            state.top = seq
         state.advance()
         return True
+
+    def too_far(self, origin: int, seq: int) -> bool:
+        """Is ``seq`` more than ``window`` above the highest seq of a known origin? An origin numbers
+        its updates 1, 2, 3 …, so only a forged sequence number jumps that far (accepted, it would
+        slide the window and drop the origin's real updates as too old); the runtime refuses it."""
+        state = self._origins.get(origin)
+        return state is not None and seq > state.top + self.window
+
+    def forget(self, origin: int) -> None:
+        """Drop an origin's state (it departed and its updates are folded into the master copy)."""
+        self._origins.pop(origin, None)
 
     def seen(self, origin: int, seq: int) -> bool:
         """Whether (origin, seq) counts as seen, without marking anything."""

@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -74,12 +75,22 @@ def params_checksum(params: np.ndarray) -> dict[str, Any]:
     }
 
 
-def warm_up_decode(dtype: np.dtype) -> None:
-    """Load the numba decode kernel now, not in the I/O thread while it owes heartbeats."""
-    from psrv.encoding import decode, encode
+DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap")
 
-    message = encode(np.ones(32, dtype=dtype), 0.5)
-    decode(message, np.zeros(32, dtype=dtype))
+
+def warm_up_decode(dtype: np.dtype) -> None:
+    """Compile (or load from numba's cache) every kernel the I/O thread calls, before it runs: a
+    first sparse decode compiling inside the I/O thread froze a node for 2 s under load (it was
+    evicted). Both wire forms are decoded once, so any first-call cost is paid here too."""
+    from psrv.encoding import _kernels, decode, encode
+
+    for name in DECODE_KERNELS:
+        _ = getattr(_kernels, name).dispatcher  # every explicit signature, all float dtypes
+    dense = np.ones(32, dtype=dtype)  # every element at the threshold: the bitmap form
+    sparse = np.zeros(4096, dtype=dtype)  # one element: the sparse form
+    sparse[7] = 1.0
+    for vector in (dense, sparse):
+        decode(encode(vector.copy(), 0.5), np.zeros(vector.size, dtype=dtype))
 
 
 class Endpoint:
@@ -104,7 +115,8 @@ class Endpoint:
         self.log = logging.getLogger(f"psrv.transport.{self.role}")
         self._limited = RateLimitedLog(self.log, config.log_interval_s)
         self._handlers = handler_table(self)
-        self._reassembler = Reassembler(config.reassembly_limit_bytes, config.reassembly_expiry_s)
+        peer_bytes, total_bytes = config.reassembly_budget(self.params.nbytes)
+        self._reassembler = Reassembler(total_bytes, config.reassembly_expiry_s, peer_limit_bytes=peer_bytes)
         self._commands: queue.Queue = queue.Queue(maxsize=config.submit_queue_messages)
         self._wake_lock = threading.Lock()
         self._wake_pending = False
@@ -124,6 +136,9 @@ class Endpoint:
         self._last_expire = time.monotonic()
         self.address: str | None = None
         self.node_id: int = -1
+        # this process's secret routing id: every DEALER it opens presents it, and the receiver
+        # accepts a member's messages only from the routing id the controller bound to that member
+        self.routing_id = uuid.uuid4().bytes
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Endpoint:
@@ -324,15 +339,20 @@ class Endpoint:
             message = decode_frames(
                 body, max_message_bytes=cfg.max_message_bytes, max_header_bytes=cfg.max_header_bytes
             )
+            if not self._authenticate(message, identity, sock):
+                return
             if message.op is Op.CHUNK:
                 done = self._reassembler.add((identity, message.src), message)
                 self._chunk_arrived(message)
                 if done is None:
                     return
                 inner, buffers = done
+                sender = message.src
                 message = decode_header(inner, buffers)
-                if message.op is Op.CHUNK:
-                    raise FrameRejectedError("bad_chunk", "a chunk may not carry a chunk")
+                if message.op is Op.CHUNK or message.src != sender:
+                    raise FrameRejectedError(
+                        "bad_chunk", "a chunk carries a chunk, or another sender's message"
+                    )
             handler = self._handlers.get(message.op)
             if handler is None:
                 raise FrameRejectedError(
@@ -345,6 +365,19 @@ class Endpoint:
             raise  # the role's own state errors (e.g. ControllerLostError) stop it; they are not bad input
         except TransportError as exc:  # e.g. MeshError / InvalidSequenceError from a crafted message
             self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - no frame, however absurd, may stop the I/O thread
+            self._reject("handler_error", f"{type(exc).__name__}: {exc!s:.200}")
+            self.log.debug("%s: a handler failed on a received message", self.role, exc_info=exc)
+
+    def _authenticate(self, message: Message, identity: bytes | None, sock: zmq.Socket) -> bool:
+        """May this sender (``message.src`` on this connection) send this op? False: ignore it
+        quietly; raise FrameRejectedError("bad_sender") to count it. Each role says who it trusts."""
+        return True
+
+    def _origin_allowed(self, origin: int, came_from: int) -> bool:
+        """May ``came_from`` hand us an update of ``origin`` (a current or recently departed member,
+        along the mesh)? Each role says; a refused row is a counted ``bad_origin`` rejection."""
+        return True
 
     def _reject(self, reason: str, detail: str) -> None:
         self.counters_.reject(reason)
@@ -472,6 +505,7 @@ class Endpoint:
             hwm=cfg.peer_queue_messages,
             max_message_bytes=cfg.max_message_bytes,
             buffer_bytes=cfg.socket_buffer_bytes,
+            routing_id=self.routing_id,
         )
         return Peer(node_id, address, sock)
 
@@ -494,17 +528,28 @@ class Endpoint:
         arrive for the first time; a bad row is a counted rejection, a repeat a counted duplicate."""
         fresh = []
         for fields, buffer in unbatch(msg):
+            origin, seq = fields["origin"], fields["seq"]
             try:
+                if not self._origin_allowed(origin, msg.src):
+                    raise FrameRejectedError(
+                        "bad_origin", f"update of origin {origin} from {msg.src}: not a member it may relay"
+                    )
+                if self.seen.too_far(origin, seq):
+                    raise FrameRejectedError(
+                        "bad_sequence",
+                        f"update {origin}/{seq} is more than {self.seen.window} ahead of what arrived",
+                    )
                 payload = check_payload(
                     np.frombuffer(as_buffer(buffer), dtype=np.int32),
                     self.params.size,
-                    f"update {fields['origin']}/{fields['seq']}",
+                    f"update {origin}/{seq}",
+                    self.config.max_tau,
                 )[0]
             except FrameRejectedError as exc:
                 self._reject(exc.reason, exc.detail)
                 continue
             self.counters_.add("updates_received")
-            if not self.seen.first_time(fields["origin"], fields["seq"]):
+            if not self.seen.first_time(origin, seq):
                 self.counters_.add("duplicates_dropped")
                 continue
             fresh.append((fields, buffer, payload))

@@ -45,8 +45,7 @@ class KeySet:
 
     def __repr__(self) -> str:  # never print secrets into logs
         return (
-            f"KeySet(server_public={self.server_public!r}, client_public={self.client_public!r}, "
-            "secrets=***)"
+            f"KeySet(server_public={self.server_public!r}, client_public={self.client_public!r}, secrets=***)"
         )
 
 

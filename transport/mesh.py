@@ -77,9 +77,7 @@ class MeshOrganizer:
         try:
             self.mode = MeshMode(mode)
         except ValueError:
-            raise MeshError(
-                f"mesh mode must be one of {[m.value for m in MeshMode]}, got {mode!r}"
-            ) from None
+            raise MeshError(f"mesh mode must be one of {[m.value for m in MeshMode]}, got {mode!r}") from None
         if isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 1:
             raise MeshError(f"fan_out must be an int >= 1, got {fan_out!r}")
         self.fan_out = fan_out

@@ -9,10 +9,13 @@ receipt, so a handler only ever sees a well-formed message.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from psrv.transport.errors import FrameRejectedError
 
 PROTOCOL_VERSION = 1
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
@@ -44,26 +47,201 @@ LIST = (list, tuple)
 BOOL = (bool,)
 
 
+INT64_MAX = 2**63 - 1
+MAX_TEXT = 1024  # reasons, names, tokens, encodings: short strings
+MAX_ORIGINS = 1 << 20  # entries of a watermark map (pruned to members + recently departed in practice)
+MAX_STATS = 256  # entries of a heartbeat's stats map
+DTYPES = frozenset(f"{order}f{size}" for order in "<>=|" for size in (2, 4, 8)) | {"f2", "f4", "f8"}
+ENCODINGS = frozenset({"sparse", "bitmap"})
+
+
+def _bad(op: str, detail: str) -> FrameRejectedError:
+    return FrameRejectedError("bad_field", f"{op}: {detail}")
+
+
+def is_int(value: object, low: int = 0, high: int = INT64_MAX) -> bool:
+    """A real int (not a bool) within [low, high]: what every id, sequence and size must be."""
+    return type(value) is int and low <= value <= high
+
+
+def check_text(op: str, name: str, value: object, limit: int = MAX_TEXT) -> None:
+    if value is not None and len(value) > limit:
+        raise _bad(op, f"{name} of {len(value)} characters > {limit}")
+
+
+def check_int_map(op: str, name: str, value: dict, low_key: int = 1, low_value: int = 0) -> None:
+    """A map of origin id -> int (a watermark): ints only, no bools, no huge numbers."""
+    if len(value) > MAX_ORIGINS:
+        raise _bad(op, f"{name} holds {len(value)} entries > {MAX_ORIGINS}")
+    for key, item in value.items():
+        if not (is_int(key, low_key) and is_int(item, low_value)):
+            raise _bad(
+                op, f"{name} must map origin ids to ints >= {low_value}, got {key!r:.40}: {item!r:.40}"
+            )
+
+
+_INF = math.inf
+_NEG64 = -INT64_MAX
+
+
+def check_update_row(
+    op: str, origin: object, seq: object, iteration: object, epoch: object, tau: object, encoding: object
+) -> None:
+    """The fields of one update, as UPDATE carries them and as each row of UPDATES does (the hot
+    path: one chained comparison when everything is right, the details only to name a problem)."""
+    if (
+        type(origin) is int
+        and type(seq) is int
+        and type(iteration) is int
+        and type(epoch) is int
+        and (type(tau) is float or type(tau) is int)
+        and 0 < origin <= INT64_MAX
+        and 0 < seq <= INT64_MAX
+        and _NEG64 <= iteration <= INT64_MAX
+        and _NEG64 <= epoch <= INT64_MAX
+        and 0 < tau < _INF
+        and encoding in ENCODINGS
+    ):
+        return
+    if not (is_int(origin, 1) and is_int(seq, 1)):
+        raise _bad(op, f"update origin/seq must be ints >= 1, got {origin!r:.40}/{seq!r:.40}")
+    if not (is_int(iteration, -INT64_MAX) and is_int(epoch, -INT64_MAX)):
+        raise _bad(op, f"iteration/epoch must be 64-bit ints, got {iteration!r:.40}/{epoch!r:.40}")
+    if type(tau) not in (int, float) or not (math.isfinite(tau) and tau > 0):
+        raise _bad(op, f"tau must be a positive finite number, got {tau!r:.40}")
+    raise _bad(op, f"encoding must be one of {sorted(ENCODINGS)}, got {encoding!r:.40}")
+
+
+def _join(f: dict) -> None:
+    check_text("join", "address", f["address"], 300)
+    check_text("join", "name", f["name"])
+    check_text("join", "token", f["token"], 128)
+
+
+def _join_reply(f: dict) -> None:
+    if not is_int(f["node_id"], 1):
+        raise _bad("join_reply", f"node_id must be an int >= 1, got {f['node_id']!r:.40}")
+    beat = f["heartbeat_s"]
+    if not (math.isfinite(beat) and 0 < beat <= 3600) or not is_int(f["missed_beats"], 1, 10_000):
+        raise _bad("join_reply", f"bad heartbeat pace {beat!r:.40} x {f['missed_beats']!r:.40}")
+    check_text("join_reply", "token", f["token"], 128)
+    check_routes("join_reply", f["routes"])
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def check_routes(op: str, routes: dict) -> None:
+    """node id -> routing id (hex) of the senders a node accepts: the controller and its neighbours."""
+    if len(routes) > 4096:
+        raise _bad(op, f"routes holds {len(routes)} entries")
+    for key, item in routes.items():
+        if not (is_int(key) and isinstance(item, str) and 0 < len(item) <= 64 and not len(item) % 2):
+            raise _bad(op, f"routes must map node ids to routing ids, got {key!r:.40}: {item!r:.40}")
+        if not _HEX.issuperset(item):
+            raise _bad(op, f"a routing id must be lowercase hex, got {item!r:.40}")
+
+
+def _mesh(f: dict) -> None:
+    if not is_int(f["version"]):
+        raise _bad("mesh", f"version must be an int >= 0, got {f['version']!r:.40}")
+    check_routes("mesh", f["routes"])
+
+
+def _update(f: dict) -> None:
+    check_update_row("update", f["origin"], f["seq"], f["iteration"], f["epoch"], f["tau"], f["encoding"])
+
+
+def _updates(f: dict) -> None:
+    for row in f["updates"]:
+        if not (isinstance(row, list | tuple) and len(row) == 6):
+            raise _bad(
+                "updates", f"a row must be [origin, seq, iteration, epoch, tau, encoding], got {row!r:.80}"
+            )
+        check_update_row("updates", *row)
+
+
+def _params_request(f: dict) -> None:
+    if not is_int(f["request_id"]):
+        raise _bad("params_request", f"request_id must be an int >= 0, got {f['request_id']!r:.40}")
+
+
+def _params_reply(f: dict) -> None:
+    op = "params_reply"
+    if not is_int(f["request_id"]):
+        raise _bad(op, f"request_id must be an int >= 0, got {f['request_id']!r:.40}")
+    for dtype, size in ((f["dtype"], f["size"]), (f["updater_dtype"], f["updater_size"])):
+        if dtype is not None and dtype not in DTYPES:
+            raise _bad(op, f"dtype must be a float dtype such as '<f4', got {dtype!r:.40}")
+        if not is_int(size, 0, INT64_MAX // 8):
+            raise _bad(op, f"size must be an int >= 0, got {size!r:.40}")
+    check_int_map(op, "watermark", f["watermark"])
+    extra = f["extra_seen"]
+    if len(extra) > MAX_ORIGINS:
+        raise _bad(op, f"extra_seen holds {len(extra)} entries")
+    for key, seqs in extra.items():
+        if not (is_int(key, 1) and isinstance(seqs, list | tuple) and all(is_int(s, 1) for s in seqs)):
+            raise _bad(op, f"extra_seen must map origin ids to lists of seqs, got {key!r:.40}: {seqs!r:.40}")
+
+
+def _chunk(f: dict) -> None:
+    for name in ("msg_id", "index", "count", "offset", "total"):
+        if not is_int(f[name]):
+            raise _bad("chunk", f"{name} must be an int >= 0, got {f[name]!r:.40}")
+    if len(f["lengths"]) > 1024 or not all(is_int(n) for n in f["lengths"]):
+        raise _bad("chunk", f"lengths must be a short list of ints >= 0, got {f['lengths']!r:.80}")
+
+
+def _heartbeat(f: dict) -> None:
+    if not is_int(f["mesh_version"]):
+        raise _bad("heartbeat", f"mesh_version must be an int >= 0, got {f['mesh_version']!r:.40}")
+    stats = f["stats"]
+    if len(stats) > MAX_STATS or not all(isinstance(k, str) and len(k) <= 128 for k in stats):
+        raise _bad("heartbeat", f"stats must map at most {MAX_STATS} short names to values")
+    check_int_map("heartbeat", "watermark", f["watermark"])
+
+
+def _reason(op: str) -> Callable[[dict], None]:
+    def check(f: dict) -> None:
+        check_text(op, "reason", f["reason"])
+
+    return check
+
+
 @dataclass(frozen=True)
 class Schema:
-    """What the header of one op must hold, and how many raw buffers follow it."""
+    """What the header of one op must hold (types, then ``check`` for values), and how many raw
+    buffers follow it. ``check`` raises FrameRejectedError; a handler only sees values it passed."""
 
     fields: dict[str, tuple[type, ...]]
     min_buffers: int = 0
     max_buffers: int = 0
+    check: Callable[[dict], None] | None = None
 
 
 CATALOGUE: dict[Op, Schema] = {
-    Op.JOIN: Schema({"address": STR, "name": OPT_STR, "token": STR}),
+    Op.JOIN: Schema({"address": STR, "name": OPT_STR, "token": STR}, check=_join),
     Op.JOIN_REPLY: Schema(
-        {"node_id": INT, "mesh": DICT, "restart": BOOL, "heartbeat_s": NUM, "missed_beats": INT, "token": STR}
+        {
+            "node_id": INT,
+            "mesh": DICT,
+            "restart": BOOL,
+            "heartbeat_s": NUM,
+            "missed_beats": INT,
+            "token": STR,
+            "routes": DICT,
+        },
+        check=_join_reply,
     ),
-    Op.MESH: Schema({"mesh": DICT, "version": INT}),
+    Op.MESH: Schema({"mesh": DICT, "version": INT, "routes": DICT}, check=_mesh),
     Op.UPDATE: Schema(
-        {"origin": INT, "seq": INT, "iteration": INT, "epoch": INT, "tau": NUM, "encoding": STR}, 1, 1
+        {"origin": INT, "seq": INT, "iteration": INT, "epoch": INT, "tau": NUM, "encoding": STR},
+        1,
+        1,
+        check=_update,
     ),
-    Op.UPDATES: Schema({"updates": LIST}, 2, 256),
-    Op.PARAMS_REQUEST: Schema({"request_id": INT, "want_updater": BOOL}),
+    Op.UPDATES: Schema({"updates": LIST}, 2, 256, check=_updates),
+    Op.PARAMS_REQUEST: Schema({"request_id": INT, "want_updater": BOOL}, check=_params_request),
     Op.PARAMS_REPLY: Schema(
         {
             "request_id": INT,
@@ -76,6 +254,7 @@ CATALOGUE: dict[Op, Schema] = {
         },
         1,
         2,
+        check=_params_reply,
     ),
     Op.CHUNK: Schema(
         {
@@ -89,11 +268,12 @@ CATALOGUE: dict[Op, Schema] = {
         },
         1,
         1,
+        check=_chunk,
     ),
-    Op.HEARTBEAT: Schema({"mesh_version": INT, "stats": DICT, "watermark": DICT}),
-    Op.LEAVE: Schema({"reason": STR}),
-    Op.EVICTED: Schema({"reason": STR}),
-    Op.SHUTDOWN: Schema({"reason": STR}),
+    Op.HEARTBEAT: Schema({"mesh_version": INT, "stats": DICT, "watermark": DICT}, check=_heartbeat),
+    Op.LEAVE: Schema({"reason": STR}, check=_reason("leave")),
+    Op.EVICTED: Schema({"reason": STR, "node_id": INT}, check=_reason("evicted")),
+    Op.SHUTDOWN: Schema({"reason": STR}, check=_reason("shutdown")),
     Op.STATUS_REQUEST: Schema({}),
     Op.STATUS_REPLY: Schema({"status": DICT}),
 }

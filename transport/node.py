@@ -97,6 +97,7 @@ class Node(Endpoint):
         self.want_updater_state = want_updater_state
         self.updater_state: np.ndarray | None = None  # downloaded with the params when asked for
         self.restart = False  # the controller knew this node's name from an earlier join
+        self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.state = NodeState.JOINING
         self.mesh: MeshOrganizer | None = None
         self.seen = SeenUpdates(config.dedup_window)
@@ -106,6 +107,13 @@ class Node(Endpoint):
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._ctrl: Peer | None = None
         self._peers: dict[int, Peer] = {}
+        # routing id -> member id of every sender this node accepts on its ROUTER (the controller
+        # and its neighbours, as the controller announced them), the previous mesh's kept for its
+        # in-flight messages
+        self._routes: dict[bytes, int] = {}
+        self._old_routes: dict[bytes, int] = {}
+        self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
+        self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
         self._watch: ControllerWatch | None = None
         self._beat = HeartbeatTimer(config.heartbeat_s)
         # per controller beat: (its watermarks, our own seq then, our watermarks then)
@@ -118,6 +126,7 @@ class Node(Endpoint):
         self._join_attempts = 0
         self._next_join = 0.0
         self._backoff = _BACKOFF_FIRST_S
+        self._lost_since: float | None = None  # when the controller was lost (rejoining since)
         self._request_id = 0
         self._sync_first_request = 0  # any reply to a request of the current sync is a valid snapshot
         self._sync_deadline = 0.0
@@ -144,7 +153,7 @@ class Node(Endpoint):
         if not self.running:
             raise NotRunningError("node is not running (call start() first)")
         try:
-            payload, info = check_payload(message, self.params.size, "submitted update")
+            payload, info = check_payload(message, self.params.size, "submitted update", self.config.max_tau)
         except FrameRejectedError as exc:
             raise InvalidUpdateError(exc.detail) from None
         fields = {
@@ -171,6 +180,10 @@ class Node(Endpoint):
                 self.replay.remember(origin, seq, payload, fields)
             else:  # (re)joining: numbered and sent once the catch-up is done
                 self._backlog.append((payload, fields))
+                if len(self._backlog) > self.config.replay_ring_messages:
+                    # dropped consistently: the catch-up replaces the parameters it was applied to
+                    del self._backlog[0]
+                    self.counters_.add("backlog_dropped")
                 self._slots.release()
                 return 0
         self._commands.put(("send", origin, seq, payload, fields, True))
@@ -298,6 +311,7 @@ class Node(Endpoint):
         snap["state"] = str(self.state)
         snap["restart"] = self.restart
         snap["controller"] = self.controller_address
+        snap["node_ids"] = list(self.ids_held)
         return snap
 
     # ------------------------------------------------------------------ lifecycle
@@ -377,7 +391,15 @@ class Node(Endpoint):
             self._watch.heard()
             self._beat = HeartbeatTimer(self.config.heartbeat_s)
         if self.state is NodeState.JOINING:
-            if now - self._join_started > self.config.join_timeout_s:
+            if self._lost_since is not None:
+                if now - self._lost_since > self.config.controller_lost_timeout_s:
+                    raise ControllerLostError(
+                        f"node {self.address} lost the controller at {self.controller_address} and could "
+                        "not rejoin within controller_lost_timeout_s = "
+                        f"{self.config.controller_lost_timeout_s:.1f} s ({self._join_attempts} join "
+                        "attempts); what it submitted since is not in the master copy"
+                    )
+            elif now - self._join_started > self.config.join_timeout_s:
                 raise JoinError(
                     f"could not join the controller at {self.controller_address} from local address "
                     f"{self.address}: no reply to {self._join_attempts} join attempts within "
@@ -397,11 +419,22 @@ class Node(Endpoint):
                 self._backoff = min(self._backoff * 2, _BACKOFF_MAX_S)
             return
         if self._watch is not None and self._watch.lost():
-            raise ControllerLostError(
-                f"node {self.node_id} ({self.address}) lost the controller at "
-                f"{self.controller_address}: silent for {self._watch.silent_for():.1f} s "
-                f"(timeout {self._watch.timeout_s:.1f} s)"
+            # a partition or a paused driver: keep trying to rejoin for controller_lost_timeout_s;
+            # on rejoin the replica is replaced by the master copy (see README: partitions)
+            self.log.warning(
+                "node %d (%s) lost the controller at %s: silent for %.1f s (timeout %.1f s); "
+                "rejoining for up to %.1f s",
+                self.node_id,
+                self.address,
+                self.controller_address,
+                self._watch.silent_for(),
+                self._watch.timeout_s,
+                self.config.controller_lost_timeout_s,
             )
+            self.counters_.add("controller_lost")
+            self._rejoin("lost the controller")
+            self._lost_since = now
+            return
         if self.state is NodeState.SYNCING:
             if now > self._sync_deadline:
                 raise JoinError(
@@ -437,6 +470,59 @@ class Node(Endpoint):
             ),
         )
 
+    # ------------------------------------------------------------------ identity
+    _CONTROLLER_OPS = frozenset(
+        {Op.JOIN_REPLY, Op.MESH, Op.PARAMS_REPLY, Op.HEARTBEAT, Op.EVICTED, Op.SHUTDOWN, Op.STATUS_REPLY}
+    )
+
+    def _authenticate(self, msg: Message, identity: bytes | None, sock: Any) -> bool:
+        """Replies come back on our own connection to the controller; everything else arrives on our
+        ROUTER and counts only from a routing id the controller announced, under that member's id."""
+        if identity is None:  # on the DEALER this node opened to the controller's address
+            sender = CONTROLLER_ID
+        else:
+            sender = self._routes.get(identity)
+            if sender is None:
+                sender = self._old_routes.get(identity)
+            if sender is None and self.state is NodeState.JOINING:
+                self.counters_.add(
+                    "ignored_while_joining"
+                )  # e.g. the controller's first beat racing our reply
+                return False
+        if sender != msg.src:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection that is not its own"
+            )
+        if msg.op in self._CONTROLLER_OPS and sender != CONTROLLER_ID:
+            raise FrameRejectedError(
+                "bad_sender", f"{msg.op} from node {sender}: only the controller sends it"
+            )
+        return True
+
+    def _set_routes(self, routes: dict) -> None:
+        new = {bytes.fromhex(rid): int(node_id) for node_id, rid in routes.items()}
+        if CONTROLLER_ID not in new.values():
+            raise FrameRejectedError("bad_field", "routes lack the controller's routing id")
+        self._old_routes, self._routes = self._routes, new
+
+    def _origin_allowed(self, origin: int, came_from: int) -> bool:
+        if origin == self.node_id or self.mesh is None:
+            return False  # our own updates never come back; a forged one would be applied twice
+        if origin not in self.mesh:  # departed: the controller still counts its in-flight updates
+            return origin in self._recent_origins or origin in self._ctrl_origins
+        if (
+            came_from == CONTROLLER_ID
+            or came_from not in self.mesh
+            or came_from == self.mesh.parent(self.node_id)
+        ):
+            return True  # from above: the rest of the mesh
+        parent = origin  # from a child: only its own subtree's updates
+        while parent > CONTROLLER_ID:
+            if parent == came_from:
+                return True
+            parent = self.mesh.parent(parent)
+        return False
+
     # ------------------------------------------------------------------ handlers
     def _from_controller(self, msg: Message) -> bool:
         if msg.src == CONTROLLER_ID:
@@ -453,10 +539,16 @@ class Node(Endpoint):
         ):
             return  # a late reply to an earlier attempt
         mesh = MeshOrganizer.from_dict(msg["mesh"])
+        if msg["node_id"] not in mesh:
+            raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
+        self._set_routes(msg["routes"])
+        self._old_routes = {}
         with self.lock:
             self.node_id = msg["node_id"]
             self._seq = 0
+        self.ids_held.append(self.node_id)
         self._note_acknowledged(0)
+        self._lost_since = None
         self.restart = msg["restart"]
         pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
         if pace != (self.config.heartbeat_s, self.config.missed_beats) and pace[0] > 0 and pace[1] > 0:
@@ -485,12 +577,15 @@ class Node(Endpoint):
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
+        self._set_routes(msg["routes"])
         self._install_mesh(mesh)
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if not self._from_controller(msg) or self.state is NodeState.JOINING:
             return
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._ctrl_origins = set(latest)
+        self._prune_origins(latest)
         self._note_acknowledged(latest.get(self.node_id, 0))
         if self.state is not NodeState.RUNNING:
             return
@@ -517,6 +612,15 @@ class Node(Endpoint):
                 "node %d is behind the controller for origins %s: re-syncing", self.node_id, behind[:8]
             )
             self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def _prune_origins(self, latest: dict[int, int]) -> None:
+        """Forget what the controller forgot: departed origins no longer in its watermark."""
+        self._recent_origins &= self._ctrl_origins
+        if self.mesh is None:
+            return
+        for origin in self.seen.origins():
+            if origin not in latest and origin not in self.mesh and origin != self.node_id:
+                self.seen.forget(origin)
 
     def _resend_own(self, acknowledged: int, upto: int) -> None:
         """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay
@@ -576,7 +680,12 @@ class Node(Endpoint):
         ):
             return
         master = np.frombuffer(msg.buffers[0], dtype=np.dtype(msg["dtype"]))
+        if master.size != self.params.size:
+            raise FrameRejectedError(
+                "bad_payload", f"params reply of {master.size} values, this model has {self.params.size}"
+            )
         watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
+        self._ctrl_origins = set(watermark)
         extra = {int(o): set(map(int, s)) for o, s in msg["extra_seen"].items()}
         replayed = 0
         with self.lock:
@@ -630,6 +739,8 @@ class Node(Endpoint):
             self._sync_progress = time.monotonic()  # a large download is moving: no need to ask again
 
     def on_evicted(self, msg: Message, identity: bytes | None, sock: Any) -> None:
+        if msg["node_id"] != self.node_id:
+            return  # about an id this process held before it rejoined (its old frames arrived late)
         if self._from_controller(msg) and self.state is not NodeState.JOINING:
             self._rejoin(msg["reason"])
 
@@ -680,6 +791,8 @@ class Node(Endpoint):
             raise FrameRejectedError(
                 "bad_field", f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}"
             )
+        if self.mesh is not None:
+            self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
         self.mesh = mesh
         self.counters_.gauges["mesh_version"] = mesh.version
         for node_id in list(self._peers):
@@ -723,6 +836,8 @@ class Node(Endpoint):
             self._close_peer(peer, 0.0)
         self._peers.clear()
         self.mesh = None
+        self._routes, self._old_routes = {}, {}
+        self._recent_origins = set()
         self.seen = SeenUpdates(self.config.dedup_window)
         self.counters_.add("rejoins")
         self._begin_join()

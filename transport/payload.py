@@ -35,7 +35,7 @@ class PayloadInfo:
     tau: float
 
 
-def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
+def header_info(payload: np.ndarray, size: int, what: str, max_tau: float = math.inf) -> PayloadInfo:
     """Header fields of an int32 message after checking its form, length, tau and model size."""
     if payload.shape[0] < HEADER_WORDS:
         raise FrameRejectedError(
@@ -50,6 +50,10 @@ def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
         )
     if not (math.isfinite(tau) and tau > 0):
         raise FrameRejectedError("bad_payload", f"{what}: threshold must be positive and finite, got {tau!r}")
+    if tau > max_tau:
+        raise FrameRejectedError(
+            "bad_payload", f"{what}: threshold {tau:g} > max_tau {max_tau:g} (TransportConfig.max_tau)"
+        )
     if n != size:
         raise FrameRejectedError("bad_payload", f"{what} is for {n} parameters, this model has {size}")
     body = payload.shape[0] - HEADER_WORDS
@@ -62,7 +66,9 @@ def header_info(payload: np.ndarray, size: int, what: str) -> PayloadInfo:
     return PayloadInfo(name, first if form == 0 else n, n, tau)
 
 
-def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, PayloadInfo]:
+def check_payload(
+    payload: Any, size: int, what: str, max_tau: float = math.inf
+) -> tuple[np.ndarray, PayloadInfo]:
     """An encoded message as an int32 array plus its header fields, checked against a model of ``size``."""
     if not isinstance(payload, np.ndarray) or payload.dtype != np.int32 or payload.ndim != 1:
         desc = (
@@ -72,4 +78,4 @@ def check_payload(payload: Any, size: int, what: str) -> tuple[np.ndarray, Paylo
         )
         raise FrameRejectedError("bad_payload", f"{what}: expected a 1-D int32 encoded message, got {desc}")
     payload = np.ascontiguousarray(payload)
-    return payload, header_info(payload, size, what)
+    return payload, header_info(payload, size, what, max_tau)

@@ -127,6 +127,9 @@ def bind_router(
     sock.linger = 0
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    # a member's DEALER carries a secret routing id; when its TCP connection is re-made (a healed
+    # partition) the new connection takes the id over instead of being refused as a duplicate
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
     set_queues(sock, hwm, hwm if rcvhwm is None else rcvhwm, buffer_bytes)
     security.server(sock)
     bind_host = f"[{host}]" if ":" in host else host
@@ -146,10 +149,14 @@ def connect_dealer(
     hwm: int,
     max_message_bytes: int,
     buffer_bytes: int = 0,
+    routing_id: bytes | None = None,
 ) -> zmq.Socket:
-    """A DEALER connected to a peer's ROUTER at ``host:port``."""
+    """A DEALER connected to a peer's ROUTER at ``host:port``; ``routing_id`` is what the peer's
+    ROUTER sees as this connection's identity (the receiver binds a member's id to it)."""
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
+    if routing_id is not None:
+        sock.setsockopt(zmq.ROUTING_ID, routing_id)
     set_queues(sock, hwm, hwm, buffer_bytes)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     security.client(sock)

@@ -15,15 +15,21 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
+import zmq
+from psrv.encoding import encode
 from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
+from psrv.transport.messages import PROTOCOL_VERSION
+from psrv.transport.sockets import tcp
 
 HEARTBEAT_MS = 500  # a loaded 2-core CI box can starve a process for a second; fault tests pass shorter beats
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +86,7 @@ class Cluster:
         self.keys: str | None = None
 
     def _spawn(self, name: str, args: list[str], dump: Path | None) -> Proc:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PSRV_KEYS_DIR=str(self.tmp / "default-keys"))
         stderr_path = self.tmp / f"{name}.log"
         stderr = open(stderr_path, "w")  # noqa: SIM115 - closed right after the child inherits it
         popen = subprocess.Popen(
@@ -132,8 +138,7 @@ class Cluster:
             "--dump",
             str(dump),
         ]
-        if keys:
-            args += ["--keys", keys]
+        args += ["--keys", keys] if keys else ["--insecure"]  # keys are the daemons' default
         self.keys = keys
         proc = self._spawn("controller", args, dump)
         line = proc.read_line(30.0)
@@ -172,8 +177,7 @@ class Cluster:
             str(wait_nodes),
         ]
         keys = self.keys if keys == "default" else keys
-        if keys:
-            args += ["--keys", keys]
+        args += ["--keys", keys] if keys else ["--insecure"]
         if name:
             args += ["--name", name]
         return self._spawn(f"node{index}", args + (extra or []), dump)
@@ -261,3 +265,58 @@ def cluster(tmp_path: Path):
         yield c
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- hostile peers (raw frames)
+def header(op: str, src: int, **fields) -> bytes:
+    return msgpack.packb({"v": PROTOCOL_VERSION, "op": op, "src": src, **fields})
+
+
+def update(src: int, origin: int, seq: int, tau: float, params: int) -> list[bytes]:
+    """A valid encoded update (3 elements of +tau) for a model of ``params`` values."""
+    vector = np.zeros(params, np.float32)
+    vector[:3] = tau
+    fields = {"origin": origin, "seq": seq, "iteration": 0, "epoch": 0, "tau": tau, "encoding": "sparse"}
+    return [header("update", src, **fields), encode(vector, tau).tobytes()]
+
+
+class Stranger:
+    """Raw sockets: a DEALER with its own routing id, and a ROUTER whose address it advertises."""
+
+    def __init__(self) -> None:
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.linger = 0
+        self.router.bind("tcp://127.0.0.1:*")
+        self.address = self.router.last_endpoint.decode().split("//")[1]
+        self.sockets: dict[str, zmq.Socket] = {}
+
+    def dealer(self, address: str) -> zmq.Socket:
+        if address not in self.sockets:
+            sock = self.context.socket(zmq.DEALER)
+            sock.linger = 1000
+            sock.sndtimeo = 5000
+            sock.setsockopt(zmq.ROUTING_ID, uuid.uuid4().bytes)
+            sock.connect(tcp(address))
+            self.sockets[address] = sock
+        return self.sockets[address]
+
+    def send(self, address: str, frames: list[bytes]) -> None:
+        self.dealer(address).send_multipart(frames)
+
+    def join(self, controller: str) -> int:
+        """Join as the stock Node API would (no keys are configured): the stranger becomes a member."""
+        sock = self.dealer(controller)
+        sock.send_multipart([header("join", -1, address=self.address, name=None, token=uuid.uuid4().hex)])
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if sock.poll(100):
+                reply = msgpack.unpackb(sock.recv_multipart()[0], strict_map_key=False)
+                if reply["op"] == "join_reply":
+                    return reply["node_id"]
+        raise AssertionError(f"no join reply from {controller} within 10 s")
+
+    def close(self) -> None:
+        for sock in [*self.sockets.values(), self.router]:
+            sock.close(0)
+        self.context.term()

@@ -6,11 +6,13 @@ import json
 import stat
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 from psrv.server.cli import build_parser
 from psrv.transport import Controller, Node, TransportConfig
+from psrv.transport.client import request_status
 
 
 def psrv(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -49,14 +51,14 @@ def test_status_shows_the_controllers_view(tmp_path) -> None:
         Controller(config, np.zeros(100, np.float32)) as ctrl,
         Node(config.replace(node_name="w0"), np.zeros(100, np.float32), ctrl.address) as node,
     ):
-        human = psrv("status", ctrl.address)
-        as_json = psrv("status", ctrl.address, "--json")
+        human = psrv("status", ctrl.address, "--insecure")
+        as_json = psrv("status", ctrl.address, "--json", "--insecure")
     assert human.returncode == 0, human.stderr
     assert f"controller {ctrl.address}" in human.stdout and node.address in human.stdout
     status = json.loads(as_json.stdout)
     assert [(n["id"], n["parent"], n["state"]) for n in status["nodes"]] == [(node.node_id, 0, "online")]
     assert {"mesh_version", "counters", "checksum"} <= set(status)
-    missing = psrv("status", "127.0.0.1:9", "--timeout", "0.5")
+    missing = psrv("status", "127.0.0.1:9", "--timeout", "0.5", "--insecure")
     assert missing.returncode == 1 and "127.0.0.1:9" in missing.stderr
 
 
@@ -68,3 +70,37 @@ def test_keys_are_written_owner_only_and_never_overwritten(tmp_path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     again = psrv("keys", str(target))
     assert again.returncode == 1 and "refusing to overwrite" in again.stderr
+
+
+@pytest.mark.timeout(150)
+def test_the_daemons_use_keys_by_default(cluster, tmp_path, monkeypatch) -> None:
+    """No --keys and no --insecure: the controller makes a key set in the default key directory,
+    a node and `psrv status` on the same host find it, and a process without the keys gets nothing."""
+    from psrv.transport.errors import JoinError
+    from psrv.transport.keys import read_keys
+
+    default = tmp_path / "default-keys"  # the cluster fixture points PSRV_KEYS_DIR here
+    monkeypatch.setenv("PSRV_KEYS_DIR", str(default))
+    proc = cluster._spawn(  # noqa: SLF001 - the fixture's tracked spawn, without its --insecure
+        "controller", ["controller", "--port", "0", "--params", "100", "--heartbeat-ms", "500"], None
+    )
+    line = proc.read_line(60.0)
+    address = line.rsplit(" ", 1)[-1]
+    assert line.startswith("psrv controller listening on "), line
+    read_keys(default)  # a whole, valid key set was written
+    assert "wrote a fresh CurveZMQ key set to " + str(default) in proc.stderr()
+    node = cluster._spawn(  # noqa: SLF001
+        "node",
+        ["node", "--controller", address, "--updates", "5", "--rate", "50", "--join-timeout", "60"],
+        None,
+    )
+    keyed = TransportConfig(keys_dir=str(default))
+    deadline = time.monotonic() + 60
+    while len(request_status(address, keyed, timeout_s=5.0)["nodes"]) != 1:
+        assert time.monotonic() < deadline and node.popen.poll() is None, node.stderr()
+        time.sleep(0.1)
+    shown = psrv("status", address, "--json")
+    assert shown.returncode == 0, shown.stderr
+    with pytest.raises(JoinError):
+        Node(TransportConfig(join_timeout_s=1.5), np.zeros(100, np.float32), address).start()
+    assert "WITHOUT keys" not in proc.stderr() + node.stderr()

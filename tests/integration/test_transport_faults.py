@@ -116,8 +116,9 @@ def test_sigstopped_node_does_not_stall_the_others(cluster) -> None:
 
 @pytest.mark.timeout(90)
 def test_killing_the_controller_stops_every_node_with_a_clear_error(cluster) -> None:
-    cluster.start_controller(params=500, heartbeat_ms=1000)  # the default beat: nodes must stop within 5 s
-    procs = [cluster.start_node(updates=10_000, rate=50, seed=i) for i in range(2)]
+    cluster.start_controller(params=500, heartbeat_ms=1000)  # the default beat: loss noticed within 4.5 s
+    lost = ["--controller-lost-timeout", "1"]  # rejoin attempts for 1 s after the loss, then exit 3
+    procs = [cluster.start_node(updates=10_000, rate=50, seed=i, extra=lost) for i in range(2)]
     cluster.wait_for(lambda s: len(s["nodes"]) == 2, 60, "2 nodes joined")
     cluster.controller.popen.kill()
     killed, killed_wall = time.monotonic(), time.time()
@@ -127,8 +128,8 @@ def test_killing_the_controller_stops_every_node_with_a_clear_error(cluster) -> 
         assert rc == 3, proc.stderr()
         line = next(x for x in proc.stderr().splitlines() if " ERROR " in x and "lost the controller at" in x)
         stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        assert stamp - killed_wall <= 5.0, f"{proc.name} noticed the loss after {stamp - killed_wall:.1f} s"
-        assert exited <= 7.0, f"{proc.name} took {exited:.1f} s to exit"
+        assert stamp - killed_wall <= 6.0, f"{proc.name} gave up after {stamp - killed_wall:.1f} s"
+        assert exited <= 10.0, f"{proc.name} took {exited:.1f} s to exit"  # + 1 s of rejoin attempts
         assert "lost the controller at " + cluster.address in proc.stderr()
 
 

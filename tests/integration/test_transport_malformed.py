@@ -119,3 +119,65 @@ def test_ten_thousand_malformed_frames_are_counted_and_harmless(cluster) -> None
     cluster.assert_equal_to_master(procs)
     log = cluster.controller.stderr()
     assert log.count("rejected a message") < 200, "rejections are logged at a rate limit, not one line each"
+
+
+def finding_one_frames() -> list[list[bytes]]:
+    """The frames that killed a job (issue 10, finding 1): a params reply whose dtype numpy cannot
+    parse, and controller heartbeats whose watermark is not a map of ints."""
+    out = []
+    for dtype in (",,", "(-1,)f4"):
+        header = {
+            "v": PROTOCOL_VERSION,
+            "op": "params_reply",
+            "src": 0,
+            "request_id": 1,
+            "dtype": dtype,
+            "size": 1000,
+            "updater_dtype": None,
+            "updater_size": 0,
+            "watermark": {},
+            "extra_seen": {},
+        }
+        out.append([msgpack.packb(header), b"\0" * 4000])
+    for watermark in ({"x": 1}, {1: None}, {1: "9" * 5000}, "9" * 5000):
+        header = {"v": PROTOCOL_VERSION, "op": "heartbeat", "src": 0, "mesh_version": 1, "stats": {}}
+        out.append([msgpack.packb({**header, "watermark": watermark})])
+    return out
+
+
+def send_all(address: str, messages: list[list[bytes]]) -> None:
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 2000
+    sock.sndtimeo = 10_000
+    sock.connect(tcp(address))
+    try:
+        for frames in messages:
+            sock.send_multipart(frames)
+    finally:
+        sock.close()
+        context.term()
+
+
+@pytest.mark.timeout(120)
+def test_the_frames_of_finding_one_are_rejected_by_real_daemons(cluster) -> None:
+    cluster.start_controller(params=1000)
+    procs = [cluster.start_node(updates=200, rate=40, seed=i, wait_nodes=2) for i in range(2)]
+    status = cluster.wait_for(
+        lambda s: len(s["nodes"]) == 2 and s["counters"]["updates_applied"] > 10, 60, "2 nodes exchanging"
+    )
+    bad = finding_one_frames()
+    send_all(cluster.address, bad)
+    for node in status["nodes"]:
+        send_all(node["address"], bad)
+    cluster.wait_for(
+        lambda s: s["counters"]["rejected_total"] == len(bad)
+        and all(rejected_by(s, n["id"]) == len(bad) for n in status["nodes"]),
+        30,
+        "every frame of finding 1 counted as rejected by every process",
+    )
+    assert all(p.popen.poll() is None for p in [cluster.controller, *procs]), "a process died"
+    cluster.wait_for(
+        lambda s: len(s["nodes"]) == 2 and s["counters"]["updates_applied"] == 400, 60, "all updates"
+    )
+    cluster.assert_equal_to_master(procs)

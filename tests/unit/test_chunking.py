@@ -108,3 +108,28 @@ def test_rate_limited_log_says_how_many_it_suppressed(caplog) -> None:
         assert log.warning("k", "bad frame")
     assert len(caplog.records) == 2
     assert "99 more like this suppressed" in caplog.records[1].getMessage()
+
+
+def test_each_sender_has_its_own_reassembly_budget() -> None:
+    """One sender cannot hold more than its budget, and its refusal leaves room for the others."""
+    def first_chunk(msg_id: int, total: int) -> Message:
+        fields = {
+            "msg_id": msg_id,
+            "index": 0,
+            "count": 2,
+            "offset": 0,
+            "total": total,
+            "inner": {},
+            "lengths": [total],
+        }
+        return Message(Op.CHUNK, fields, [b"\0" * 8], 1)
+
+    r = Reassembler(1000, 30.0, peer_limit_bytes=300)
+    assert r.add("a", first_chunk(1, 200)) is None
+    with pytest.raises(FrameRejectedError, match="sender's reassembly budget"):
+        r.add("a", first_chunk(2, 200))
+    assert r.add("b", first_chunk(1, 300)) is None
+    assert r.in_flight_bytes == 500
+    assert r.add("a", first_chunk(3, 100)) is None  # exactly the rest of a's budget
+    with pytest.raises(FrameRejectedError, match="exceeds the reassembly budget"):
+        r.add("c", first_chunk(1, 600))
