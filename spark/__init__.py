@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from psrv.server.version import __version__, publish
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.errors import (
     ControllerUnreachableError,
@@ -22,7 +23,10 @@ from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_r
 from psrv.spark.prefetch import PrefetchingIterator
 from psrv.spark.shared_training import SharedTrainingMaster
 
+publish()  # psrv.__version__ on the namespace package
+
 __all__ = [
+    "__version__",
     "ControllerUnreachableError",
     "SharedTrainingMaster",
     "VoidConfiguration",

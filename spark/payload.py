@@ -8,8 +8,10 @@ last networks they built, keyed by the payload's id, so the tasks of one job reu
 
 from __future__ import annotations
 
+import inspect
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,33 @@ import numpy as np
 _CACHE_SIZE = 4
 _cache: OrderedDict[str, Any] = OrderedDict()
 _cache_lock = threading.Lock()
+_lineages: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_lineage_lock = threading.Lock()
+
+
+def lineage(network: Any) -> str:
+    """The token naming this driver-side network object (the same for all its fits)."""
+    with _lineage_lock:
+        try:
+            token = _lineages.get(network)
+            if token is None:
+                token = _lineages[network] = uuid.uuid4().hex
+        except TypeError:  # not weak-referenceable: a fresh token per payload (always rebuilt)
+            token = uuid.uuid4().hex
+    return token
+
+
+def _file_form(network: Any) -> bytes:
+    """The network's file form with ``__main__``/notebook code pickled by value (cloudpickle)."""
+    try:
+        accepts = "pickle_module" in inspect.signature(network.to_bytes).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if not accepts:
+        return network.to_bytes()
+    from pyspark import cloudpickle
+
+    return network.to_bytes(pickle_module=cloudpickle)
 
 
 @dataclass
@@ -33,6 +62,7 @@ class NetworkPayload:
     # networks that are code rather than data (psrv.nn.TorchNetwork) travel in their own file form
     blob: bytes | None = None
     factory: Any = None
+    lineage: str = ""
 
     @classmethod
     def from_network(cls, network: Any, *, with_updater: bool = False) -> NetworkPayload:
@@ -48,7 +78,7 @@ class NetworkPayload:
                     f"cannot ship a {type(network).__name__} to the executors: expected a psrv.nn.Network "
                     "or a network with to_bytes() and from_bytes() (e.g. psrv.nn.TorchNetwork)"
                 )
-            blob, factory = network.to_bytes(), type(network)
+            blob, factory = _file_form(network), type(network)
         return cls(
             config=network.get_config(),
             params=np.array(network.params, dtype=np.float32, copy=True),
@@ -58,6 +88,7 @@ class NetworkPayload:
             epoch=int(getattr(network, "epoch", 0)),
             blob=blob,
             factory=factory,
+            lineage=lineage(network),
         )
 
     def build(self) -> Any:

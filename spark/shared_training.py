@@ -33,8 +33,9 @@ from psrv.spark.errors import (
 )
 from psrv.spark.export import check_training_approach, exported_minibatches
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
-from psrv.spark.payload import NetworkPayload, set_counters
+from psrv.spark.payload import NetworkPayload, lineage, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
+from psrv.spark.task_clock import TaskStartClock
 from psrv.spark.worker import (
     EventLog,
     driver_event,
@@ -54,6 +55,10 @@ log = logging.getLogger(__name__)
 
 _DRAIN_QUIET_S = 0.5
 _DRAIN_MIN_S = 2.0
+# The driver's watchdog is a backstop: a task's own join deadline (join_timeout_ms from the node's start)
+# fails it first. A task's Python worker may take tens of seconds to start and import torch on a busy
+# executor, after Spark counts the task as started; the watchdog leaves it that long.
+_TASK_STARTUP_SLACK_S = 60.0
 
 
 @dataclass
@@ -354,7 +359,7 @@ class SharedTrainingMaster:
             debug=self.encoding_debug_mode,
             collect_stats=self.collect_training_stats,
             fault_kill_after_steps=self._fault_kill_after_steps,
-            session_id=self._session_id,
+            session_id=f"{self._session_id}:{lineage(network)}",  # residuals belong to one network
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
@@ -386,11 +391,14 @@ class SharedTrainingMaster:
 
         thread = threading.Thread(target=run, name="psrv-shared-training-job", daemon=True)
         thread.start()
-        join_deadline = time.monotonic() + self.conf.join_timeout_ms / 1000.0 + 5.0
+        clock = TaskStartClock(spark_context, group)  # the join timeout counts from the tasks' start
         unreachable = False
         while thread.is_alive():
             thread.join(0.25)
-            if not unreachable and time.monotonic() > join_deadline \
+            tasks_started = clock.started()
+            if not unreachable and tasks_started is not None \
+                    and time.monotonic() > tasks_started + self.conf.join_timeout_ms / 1000.0 \
+                    + _TASK_STARTUP_SLACK_S \
                     and controller.counters_["joins"] == 0 and thread.is_alive():
                 unreachable = True
                 spark_context.cancelJobGroup(group)

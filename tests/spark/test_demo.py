@@ -12,6 +12,12 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def _umask() -> int:
+    from psrv.nn._files import current_umask
+
+    return current_umask()
+
+
 def _psrv() -> list[str]:
     exe = shutil.which("psrv") or str(Path(sys.executable).with_name("psrv"))
     return [exe] if Path(exe).exists() else [sys.executable, "-m", "psrv.server.cli"]
@@ -28,11 +34,14 @@ def test_demo_help_explains_every_option() -> None:
 @pytest.mark.timeout(240)
 def test_demo_trains_reports_bytes_and_saves(tmp_path) -> None:
     output = tmp_path / "demo.psrv"
-    result = subprocess.run([*_psrv(), "demo", "--epochs", "2", "--output", str(output)],
-                            capture_output=True, text=True, timeout=220, cwd=tmp_path)
+    command = [*_psrv(), "demo", "--epochs", "2", "--output", str(output), "--log-level", "INFO"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=220, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "final test accuracy:" in result.stdout
     assert "x less)" in result.stdout
+    assert "training:" in result.stderr and "training:" not in result.stdout  # the progress bar: stderr
+    assert "epoch   1:" in result.stdout
+    assert output.stat().st_mode & 0o777 == 0o666 & ~_umask()  # the user's umask, not private
     from psrv.nn import Network
 
     network = Network.load(output)
