@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from psrv.server.version import __version__, publish
 from psrv.spark.config import VoidConfiguration
+from psrv.spark.epochs import EarlyStopping
 from psrv.spark.errors import (
     ControllerUnreachableError,
     EvaluationFileError,
@@ -28,6 +29,7 @@ publish()  # psrv.__version__ on the namespace package
 __all__ = [
     "__version__",
     "ControllerUnreachableError",
+    "EarlyStopping",
     "SharedTrainingMaster",
     "VoidConfiguration",
     "EvaluationFileError",

@@ -56,6 +56,7 @@ class SparkNetwork:
         self.features_col = features_col
         self.label_col = label_col
         self.check_data = bool(check_data)
+        self.history: list[Any] = []  # psrv.spark.epochs.EpochRecord per epoch of the last multi-epoch fit
 
     def __repr__(self) -> str:
         return f"SparkNetwork({self.network!r}, training_master={self.training_master!r})"
@@ -79,14 +80,31 @@ class SparkNetwork:
         return self.training_master
 
     # -- training -----------------------------------------------------------------------------------
-    def fit(self, data: Any) -> Any:
-        """One epoch over an RDD of DataSets (or a DataFrame with feature and label columns)."""
+    def fit(self, data: Any, epochs: int = 1, validation_data: Any = None, callbacks: Sequence[Any] = (),
+            checkpoint_dir: str | None = None, resume: bool = False) -> Any:
+        """Train on an RDD of DataSets (or a DataFrame with feature and label columns); returns the network.
+
+        One call trains ``epochs`` epochs on data exported (or cached) once. After each epoch the driver's
+        network (the master copy) is evaluated on ``validation_data`` (``val_accuracy``, ``val_f1`` ... or
+        ``val_mse``, ``val_r2`` ...), the metrics (with the training ``loss``) go to each callback's
+        ``on_epoch_end(epoch, metrics)`` (True stops the fit; e.g. ``EarlyStopping``) and a checkpoint is
+        written to ``checkpoint_dir`` (local path or Hadoop-FS URI). ``resume=True`` first loads the newest
+        checkpoint there and trains the epochs still missing to reach ``epochs``. ``self.history`` holds
+        one record (epoch, metrics, seconds) per epoch.
+        """
         master = self._master()
         shipping.check_network(self.network, self.spark_context)  # before anything touches the data
         rdd = self._as_rdd(data)
         self._check_before_training(rdd)
+        plain = validation_data is None and not callbacks and checkpoint_dir is None and not resume
+        if epochs == 1 and plain:
+            with worker_errors("fit"):  # one epoch, exactly as the training master trains it
+                master.execute_training(self.spark_context, self.network, rdd)
+            return self.network
+        from psrv.spark.epochs import run_epochs
+
         with worker_errors("fit"):
-            master.execute_training(self.spark_context, self.network, rdd)
+            self.history = run_epochs(self, rdd, epochs, validation_data, callbacks, checkpoint_dir, resume)
         return self.network
 
     def fit_paths(self, paths_rdd: RDD, loader: Any | None = None) -> Any:
