@@ -456,7 +456,9 @@ class TorchNetwork(_inputs.TrainingCounters):
             "targets": self.targets,
         }
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, pickle_module: Any = None) -> bytes:
+        """The file form. ``pickle_module`` (e.g. cloudpickle) lets code defined in ``__main__`` or a
+        notebook travel by value (what psrv.spark does to ship a network to its executors)."""
         torch = _torch()
         payload = {
             "format": FORMAT,
@@ -475,7 +477,10 @@ class TorchNetwork(_inputs.TrainingCounters):
             "normalizer": self.normalizer.get_state() if self.normalizer is not None else None,
         }
         buffer = io.BytesIO()
-        torch.save(payload, buffer)
+        if pickle_module is None:
+            torch.save(payload, buffer)
+        else:
+            torch.save(payload, buffer, pickle_module=pickle_module, pickle_protocol=4)
         return buffer.getvalue()
 
     @classmethod

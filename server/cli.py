@@ -11,6 +11,10 @@ import importlib
 import logging
 import sys
 
+from psrv.server.version import __version__
+
+LOG_LEVEL_HELP = "logging level (DEBUG, INFO, WARNING, ERROR)"
+
 # Subcommand modules, in the order `psrv --help` lists them.
 COMMAND_MODULES: list[str] = [
     "psrv.server.controller_cmd", "psrv.server.node_cmd", "psrv.server.status_cmd", "psrv.server.keys_cmd",
@@ -42,12 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="psrv: gradient-sharing training on Spark over a ZeroMQ mesh.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ERROR)")
+    parser.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
+    parser.add_argument("--version", action="version", version=f"psrv {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(subparsers)
     for sub in subparsers.choices.values():  # one help style for every subcommand, whoever wrote it
         sub.formatter_class = HelpFormatter
+        if "--log-level" not in sub._option_string_actions:
+            # also accepted after the subcommand (`psrv demo --log-level DEBUG`); SUPPRESS keeps the
+            # value given before it when this one is absent
+            sub.add_argument("--log-level", default=argparse.SUPPRESS, help=LOG_LEVEL_HELP)
     return parser
 
 

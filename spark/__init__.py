@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from psrv.server.version import __version__, publish
 from psrv.spark.config import VoidConfiguration
+from psrv.spark.epochs import EarlyStopping
 from psrv.spark.errors import (
     ControllerUnreachableError,
     EvaluationFileError,
@@ -24,8 +26,12 @@ from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_r
 from psrv.spark.prefetch import PrefetchingIterator
 from psrv.spark.shared_training import SharedTrainingMaster
 
+publish()  # psrv.__version__ on the namespace package
+
 __all__ = [
+    "__version__",
     "ControllerUnreachableError",
+    "EarlyStopping",
     "SharedTrainingMaster",
     "VoidConfiguration",
     "EvaluationFileError",

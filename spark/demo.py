@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from psrv.nn import Adam, Dense, Network, Output
     from psrv.nn.data import DataSet
     from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
+    from psrv.spark.java import java_problem
     from sklearn.datasets import load_digits
     from tqdm import tqdm
 
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         print("psrv demo: --workers, --epochs and --batch-size must be >= 1", file=sys.stderr)
         return 2
     master = args.master or f"local[{args.workers}]"
+    problem = java_problem()
+    if problem is not None:
+        print(f"psrv demo: {problem}", file=sys.stderr)
+        return 2
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # joins and leaves of every epoch would bury the progress bar; --log-level DEBUG shows them
         for name in ("psrv.transport", "psrv.spark", "py4j"):
@@ -106,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         rdd = sc.parallelize(list(train.batches(50)), args.workers)
         sent = dense = 0
         accuracy = 0.0
-        with tqdm(total=args.epochs, desc="training", unit="epoch", file=sys.stdout) as bar:
+        # the bar on stderr, the results (bar.write) on stdout: `psrv demo > log` keeps only results
+        with tqdm(total=args.epochs, desc="training", unit="epoch", file=sys.stderr) as bar:
             for epoch in range(args.epochs):
                 spark_net.fit(rdd)
                 sent += tm.last_fit["bytes_sent"]

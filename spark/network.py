@@ -12,10 +12,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psrv.spark import evaluation as distributed
+from psrv.spark import preflight, shipping
 from psrv.spark.batching import check_batch_size
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.inputs import classes_of, dataframe_to_datasets, is_dataframe
+from psrv.spark.job_errors import worker_errors
 from psrv.spark.metrics import watching
+from psrv.spark.partitioning import needs_repartition
 from psrv.spark.payload import NetworkPayload
 
 if TYPE_CHECKING:
@@ -31,11 +34,15 @@ class SparkNetwork:
 
     ``network`` is the driver's network: ``fit`` updates it in place (and returns it);
     ``training_master`` may be None when the network is only evaluated or used for inference.
+    Before a training job, ``fit`` checks on the driver what would otherwise fail on the executors
+    (the user's code can be shipped, the columns exist, a sample fits the network, a minibatch is not
+    larger than each worker's data); ``check_data=False`` skips the one light pass over the data the
+    last two need.
     """
 
     def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
                  eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE, features_col: str = "features",
-                 label_col: str = "label") -> None:
+                 label_col: str = "label", check_data: bool = True) -> None:
         if hasattr(spark_context, "sparkContext") and not hasattr(spark_context, "parallelize"):
             spark_context = spark_context.sparkContext  # a SparkSession was given
         if spark_context is None or not hasattr(spark_context, "parallelize"):
@@ -49,6 +56,8 @@ class SparkNetwork:
         self.eval_batch_size = check_batch_size(eval_batch_size, "eval_batch_size")
         self.features_col = features_col
         self.label_col = label_col
+        self.check_data = bool(check_data)
+        self.history: list[Any] = []  # psrv.spark.epochs.EpochRecord per epoch of the last multi-epoch fit
 
     def __repr__(self) -> str:
         return f"SparkNetwork({self.network!r}, training_master={self.training_master!r})"
@@ -56,6 +65,7 @@ class SparkNetwork:
     # -- data ---------------------------------------------------------------------------------------
     def _as_rdd(self, data: Any) -> RDD:
         if is_dataframe(data):
+            preflight.check_columns(data.columns, self.features_col, self.label_col)
             return dataframe_to_datasets(data, features_col=self.features_col, label_col=self.label_col,
                                          num_classes=classes_of(self.network))
         if not hasattr(data, "mapPartitions"):
@@ -71,21 +81,63 @@ class SparkNetwork:
         return self.training_master
 
     # -- training -----------------------------------------------------------------------------------
-    def fit(self, data: Any, *, loggers: Any = None, progress: bool | None = None) -> Any:
-        """One epoch over an RDD of DataSets (or a DataFrame with feature and label columns).
+    def fit(self, data: Any, epochs: int = 1, validation_data: Any = None, callbacks: Sequence[Any] = (),
+            checkpoint_dir: str | None = None, resume: bool = False, *, loggers: Any = None,
+            progress: bool | None = None) -> Any:
+        """Train on an RDD of DataSets (or a DataFrame with feature and label columns); returns the network.
 
-        ``loggers``: metrics sinks for this fit, besides the master's (psrv.spark.metrics);
-        ``progress``: live progress on stderr (default: the master's setting)."""
-        with watching(self._master(), loggers, progress):
-            self._master().execute_training(self.spark_context, self.network, self._as_rdd(data))
+        One call trains ``epochs`` epochs on data exported (or cached) once. After each epoch the driver's
+        network (the master copy) is evaluated on ``validation_data`` (``val_accuracy``, ``val_f1`` ... or
+        ``val_mse``, ``val_r2`` ...), the metrics (with the training ``loss``) go to each callback's
+        ``on_epoch_end(epoch, metrics)`` (True stops the fit; e.g. ``EarlyStopping``) and a checkpoint is
+        written to ``checkpoint_dir`` (local path or Hadoop-FS URI). ``resume=True`` first loads the newest
+        checkpoint there and trains the epochs still missing to reach ``epochs``. ``self.history`` holds
+        one record (epoch, metrics, seconds) per epoch. ``loggers``: metrics sinks for this call, besides
+        the master's (psrv.spark.metrics); ``progress``: live progress on stderr (default: the master's).
+        """
+        master = self._master()
+        shipping.check_network(self.network, self.spark_context)  # before anything touches the data
+        rdd = self._as_rdd(data)
+        self._check_before_training(rdd)
+        plain = validation_data is None and not callbacks and checkpoint_dir is None and not resume
+        with watching(master, loggers, progress):
+            if epochs == 1 and plain:
+                with worker_errors("fit"):  # one epoch, exactly as the training master trains it
+                    master.execute_training(self.spark_context, self.network, rdd)
+                return self.network
+            from psrv.spark.epochs import run_epochs
+
+            with worker_errors("fit"):
+                self.history = run_epochs(self, rdd, epochs, validation_data, callbacks, checkpoint_dir,
+                                          resume)
         return self.network
 
     def fit_paths(self, paths_rdd: RDD, loader: Any | None = None, *, loggers: Any = None,
                   progress: bool | None = None) -> Any:
         """One epoch over minibatch files; ``loader.load(path) -> DataSet`` (default: psrv's file form)."""
-        with watching(self._master(), loggers, progress):
-            self._master().execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
+        master = self._master()
+        shipping.check_loader(loader, self.spark_context)
+        shipping.check_network(self.network, self.spark_context)
+        with watching(master, loggers, progress), worker_errors("fit_paths"):
+            master.execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
         return self.network
+
+    def _check_before_training(self, rdd: RDD) -> None:
+        """What would fail on the executors (given the data), said on the driver before the training job."""
+        if not self.check_data:
+            return
+        with worker_errors("fit (checking the data)"):
+            profile = preflight.profile(rdd)
+        master = self._master()
+        batch_size = getattr(master, "batch_size_per_worker", None)
+        if batch_size is not None:
+            workers_of = getattr(master, "workers", None) or getattr(master, "num_workers", None)
+            workers = int(workers_of(self.spark_context)) if callable(workers_of) else \
+                max(1, int(self.spark_context.defaultParallelism))
+            repartitioned = needs_repartition(getattr(master, "repartition", "always"),
+                                              rdd.getNumPartitions(), workers)
+            preflight.check_batch_fits(int(batch_size), profile, workers, repartitioned)
+        preflight.check_sample(self.network, profile.sample, self.label_col)
 
     def get_network(self) -> Any:
         """The driver's network (trained in place by ``fit``)."""
@@ -105,17 +157,20 @@ class SparkNetwork:
 
     def do_evaluation(self, data: Any, batch_size: int | None, evaluations: Sequence[Any]) -> list[Any]:
         """Several evaluations in one pass over ``data``; returns new merged results, in order."""
-        return distributed.do_evaluation(self.spark_context, self._payload(), self._as_rdd(data),
-                                         batch_size or self.eval_batch_size, evaluations)
+        with worker_errors("evaluation"):
+            return distributed.do_evaluation(self.spark_context, self._payload(), self._as_rdd(data),
+                                             batch_size or self.eval_batch_size, evaluations)
 
     def do_evaluation_paths(self, paths_rdd: RDD, batch_size: int | None, evaluations: Sequence[Any],
                             loader: Any | None = None) -> list[Any]:
         """As :meth:`do_evaluation`, over minibatch files read with ``loader`` (default: psrv's form)."""
         from psrv.nn.data import FileDataSetLoader
 
-        return distributed.do_evaluation(self.spark_context, self._payload(), paths_rdd,
-                                         batch_size or self.eval_batch_size, evaluations,
-                                         loader=loader or FileDataSetLoader())
+        shipping.check_loader(loader, self.spark_context)
+        with worker_errors("evaluation"):
+            return distributed.do_evaluation(self.spark_context, self._payload(), paths_rdd,
+                                             batch_size or self.eval_batch_size, evaluations,
+                                             loader=loader or FileDataSetLoader())
 
     def _classification(self) -> Any:
         """What ``Network.evaluate`` picks by default: regression metrics for an MSE output, else

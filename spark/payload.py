@@ -10,8 +10,10 @@ by the payload's id, so the tasks of one job reuse them. A torch network is buil
 
 from __future__ import annotations
 
+import inspect
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,33 @@ import numpy as np
 _CACHE_SIZE = 4
 _cache: OrderedDict[str, Any] = OrderedDict()
 _cache_lock = threading.Lock()
+_lineages: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_lineage_lock = threading.Lock()
+
+
+def lineage(network: Any) -> str:
+    """The token naming this driver-side network object (the same for all its fits)."""
+    with _lineage_lock:
+        try:
+            token = _lineages.get(network)
+            if token is None:
+                token = _lineages[network] = uuid.uuid4().hex
+        except TypeError:  # not weak-referenceable: a fresh token per payload (always rebuilt)
+            token = uuid.uuid4().hex
+    return token
+
+
+def _file_form(network: Any) -> bytes:
+    """The network's file form with ``__main__``/notebook code pickled by value (cloudpickle)."""
+    try:
+        accepts = "pickle_module" in inspect.signature(network.to_bytes).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if not accepts:
+        return network.to_bytes()
+    from pyspark import cloudpickle
+
+    return network.to_bytes(pickle_module=cloudpickle)
 
 
 @dataclass
@@ -36,6 +65,7 @@ class NetworkPayload:
     blob: bytes | None = None
     factory: Any = None
     buffers: dict[str, np.ndarray] | None = None  # by name; None for networks without buffers
+    lineage: str = ""
 
     @classmethod
     def from_network(cls, network: Any, *, with_updater: bool = False) -> NetworkPayload:
@@ -51,7 +81,7 @@ class NetworkPayload:
                     f"cannot ship a {type(network).__name__} to the executors: expected a psrv.nn.Network "
                     "or a network with to_bytes() and from_bytes() (e.g. psrv.nn.TorchNetwork)"
                 )
-            blob, factory = network.to_bytes(), type(network)
+            blob, factory = _file_form(network), type(network)
         return cls(
             config=network.get_config(),
             params=np.array(network.params, dtype=network.params.dtype, copy=True),
@@ -62,6 +92,7 @@ class NetworkPayload:
             blob=blob,
             factory=factory,
             buffers=buffers_of(network),
+            lineage=lineage(network),
         )
 
     def build(self, device: Any = None) -> Any:

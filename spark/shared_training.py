@@ -35,9 +35,10 @@ from psrv.spark.errors import (
 from psrv.spark.export import ExportCache, check_training_approach, files_backed
 from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
-from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
+from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, lineage, mean_buffers, set_counters
 from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
 from psrv.spark.progress import LiveProgress, LossAverage, check_progress, report_progress
+from psrv.spark.task_clock import TaskStartClock
 from psrv.spark.worker import (
     EventLog,
     driver_event,
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 
 _DRAIN_QUIET_S = 0.5
 _DRAIN_MIN_S = 2.0
+# The driver's watchdog is a backstop: a task's own join deadline (join_timeout_ms from the node's start)
+# fails it first. A task's Python worker may take tens of seconds to start and import torch on a busy
+# executor, after Spark counts the task as started; the watchdog leaves it that long.
+_TASK_STARTUP_SLACK_S = 60.0
 
 
 @dataclass
@@ -415,7 +420,7 @@ class SharedTrainingMaster:
             debug=self.encoding_debug_mode,
             collect_stats=self.collect_training_stats or bool(self.loggers),
             fault_kill_after_steps=self._fault_kill_after_steps,
-            session_id=self._session_id,
+            session_id=f"{self._session_id}:{lineage(network)}",  # residuals belong to one network
             check_replicas=self.check_replicas,
             extra={"device_sharing": bool(getattr(self, "_force_device_sharing", False))},  # test-only
         )
@@ -452,11 +457,14 @@ class SharedTrainingMaster:
 
         thread = threading.Thread(target=run, name="psrv-shared-training-job", daemon=True)
         thread.start()
-        join_deadline = time.monotonic() + self.conf.join_timeout_ms / 1000.0 + 5.0
+        clock = TaskStartClock(spark_context, group)  # the join timeout counts from the tasks' start
         unreachable = False
         while thread.is_alive():
             thread.join(0.25)
-            if not unreachable and time.monotonic() > join_deadline \
+            tasks_started = clock.started()
+            if not unreachable and tasks_started is not None \
+                    and time.monotonic() > tasks_started + self.conf.join_timeout_ms / 1000.0 \
+                    + _TASK_STARTUP_SLACK_S \
                     and controller.counters_["joins"] == 0 and thread.is_alive():
                 unreachable = True
                 spark_context.cancelJobGroup(group)

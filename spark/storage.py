@@ -191,6 +191,9 @@ class LocalStorage:
         except OSError as exc:
             raise StorageError(f"cannot write {uri!r}: {exc.strerror or exc}") from exc
         try:
+            from psrv.nn._files import current_umask
+
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's file is private (0600): the user's umask
             with os.fdopen(fd, "wb") as handle:
                 yield handle
             os.replace(tmp, path)

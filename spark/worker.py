@@ -35,27 +35,37 @@ def partition_id() -> int:
 def training_network(payload: NetworkPayload) -> Any:
     """A network of the payload's architecture holding the payload's parameters, updater state, counters.
 
-    Built once per executor process, architecture and device (a torch network on the task's device, see
-    psrv.spark.device); later tasks only copy the vectors and buffers in.
+    Built once per executor process, driver-side network (the payload's lineage) and device (a torch
+    network on the task's device, see psrv.spark.device); later tasks of the same network only copy the
+    vectors and buffers in. Another network, even of the same architecture, is built afresh from its own
+    payload, so nothing of the previous one (optimizer state, buffers) leaks into it.
     """
     device = None
     if takes_device(payload.factory):
         from psrv.spark.device import task_device
 
         device = task_device()
-    key = json.dumps(payload.config, sort_keys=True) + f"@{device}"
+    key = json.dumps([payload.lineage, payload.config, str(device)], sort_keys=True, default=str)
     with _lock:
         network = _training_networks.get(key)
-    if network is None:
-        network = payload.build(device=device)
-        with _lock:
-            _training_networks.clear()  # one architecture at a time: bounded memory
-            _training_networks[key] = network
-    else:
+    if network is not None and _fits(network, payload):
         payload.load_into(network)
         if payload.updater_state is None:
             network.set_updater_state(np.zeros_like(network.updater_state))
+        return network
+    network = payload.build(device=device)
+    with _lock:
+        _training_networks.clear()  # one network at a time: bounded memory
+        _training_networks[key] = network
     return network
+
+
+def _fits(network: Any, payload: NetworkPayload) -> bool:
+    """Whether the payload's vectors can be copied into a network built earlier (else: rebuild)."""
+    if network.params.shape != payload.params.shape:
+        return False
+    state = payload.updater_state
+    return state is None or state.size == network.updater_state.size
 
 
 # What a Python worker had not sent yet when its last task of a training master ended; the next

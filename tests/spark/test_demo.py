@@ -12,6 +12,12 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def _umask() -> int:
+    from psrv.nn._files import current_umask
+
+    return current_umask()
+
+
 def _psrv() -> list[str]:
     exe = shutil.which("psrv") or str(Path(sys.executable).with_name("psrv"))
     return [exe] if Path(exe).exists() else [sys.executable, "-m", "psrv.server.cli"]
@@ -29,7 +35,8 @@ def test_demo_help_explains_every_option() -> None:
 def test_demo_trains_reports_bytes_and_saves(tmp_path) -> None:
     output = tmp_path / "demo.psrv"
     report = tmp_path / "report"
-    command = [*_psrv(), "demo", "--epochs", "2", "--output", str(output), "--report", str(report)]
+    command = [*_psrv(), "demo", "--epochs", "2", "--output", str(output), "--report", str(report),
+               "--log-level", "INFO"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=220, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "final test accuracy:" in result.stdout
@@ -47,6 +54,9 @@ def test_demo_trains_reports_bytes_and_saves(tmp_path) -> None:
     board.Reload()
     assert {"master/loss", "validation/accuracy", "worker/p0/sparsity"} <= set(board.Tags()["scalars"])
     assert len(board.Scalars("validation/accuracy")) == 2
+    assert "training:" in result.stderr and "training:" not in result.stdout  # the progress bar: stderr
+    assert "epoch   1:" in result.stdout
+    assert output.stat().st_mode & 0o777 == 0o666 & ~_umask()  # the user's umask, not private
     from psrv.nn import Network
 
     network = Network.load(output)

@@ -1,0 +1,153 @@
+"""Checkpoints of a multi-epoch fit: one atomic file per epoch, on a local path or any Hadoop-FS URI.
+
+A checkpoint holds everything training continues from: the network in its file form (parameters,
+updater state, counters, normaliser; a TorchNetwork with its optimizer state, user code by value),
+the training master's threshold state (gradient sharing), the epoch and every epoch's metrics.
+Local files are written to a temporary name and renamed; on other file systems the file is written
+under a hidden temporary name and renamed by the Hadoop file system, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from psrv.spark.data_files import _hadoop_fs, _local, is_local_path, list_paths, write_bytes
+from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.payload import set_counters
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+FORMAT = "psrv.spark.checkpoint"
+FORMAT_VERSION = 1
+SUFFIX = ".psrvckpt"
+_NAME = re.compile(r"checkpoint-(\d+)" + re.escape(SUFFIX) + "$")
+
+
+@dataclass
+class Checkpoint:
+    path: str
+    epoch: int
+    history: list[tuple[int, dict[str, float]]]
+    stopped: bool
+
+
+def _network_bytes(network: Any) -> tuple[str, bytes]:
+    from psrv.nn.network import Network
+
+    if isinstance(network, Network):
+        from psrv.nn.serialization import network_to_bytes
+
+        return "network", network_to_bytes(network)
+    from pyspark import cloudpickle
+
+    return "torch", network.to_bytes(pickle_module=cloudpickle)
+
+
+def _restore_network(kind: str, blob: bytes, network: Any, source: str) -> None:
+    """Copy a checkpoint's network state into the driver's network object (in place)."""
+    if kind == "network":
+        from psrv.nn.serialization import network_from_bytes
+
+        saved = network_from_bytes(blob, source=source)
+    else:
+        from psrv.nn.torch_adapter import TorchNetwork
+
+        saved = TorchNetwork.from_bytes(blob, source=source)
+    if saved.params.shape != network.params.shape:
+        raise SparkConfigError(
+            f"{source}: the checkpoint holds {saved.params.size} parameters, the network "
+            f"{network.params.size}: resume with the network the checkpoints were written for"
+        )
+    network.set_params(saved.params)
+    network.set_updater_state(saved.updater_state)
+    set_counters(network, int(saved.iteration), int(saved.epoch))
+    if getattr(saved, "normalizer", None) is not None:
+        network.normalizer = saved.normalizer
+
+
+def checkpoint_path(directory: str, epoch: int) -> str:
+    return directory.rstrip("/") + "/" + f"checkpoint-{epoch:06d}{SUFFIX}"
+
+
+def save(spark_context: SparkContext | None, directory: str, network: Any, master: Any, epoch: int,
+         history: list[tuple[int, dict[str, float]]], stopped: bool = False) -> str:
+    """Write the checkpoint of ``epoch`` atomically; returns its path."""
+    kind, blob = _network_bytes(network)
+    threshold = getattr(master, "threshold_algorithm", None)
+    record = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "epoch": int(epoch), "stopped": bool(stopped),
+        "history": [[int(e), {k: float(v) for k, v in m.items()}] for e, m in history],
+        "network_kind": kind, "network": blob,
+        "threshold_state": threshold.get_state() if threshold is not None else None,
+    }
+    data = msgpack.packb(record, use_bin_type=True)
+    path = checkpoint_path(directory, epoch)
+    if is_local_path(path):
+        os.makedirs(_local(directory), exist_ok=True)
+        write_bytes(path, data)
+    else:
+        if spark_context is None:
+            raise SparkConfigError(f"checkpoint_dir {directory!r} is not local: a SparkContext is needed")
+        fs, target = _hadoop_fs(spark_context, path)
+        _, temporary = _hadoop_fs(spark_context, directory.rstrip("/") + f"/.tmp-{uuid.uuid4().hex}")
+        stream = fs.create(temporary, True)
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+        fs.delete(target, False)
+        if not fs.rename(temporary, target):
+            raise SparkInputError(f"cannot write checkpoint {path!r}: the rename failed")
+    return path
+
+
+def _read(spark_context: SparkContext | None, path: str) -> bytes:
+    if is_local_path(path):
+        with open(_local(path), "rb") as handle:
+            return handle.read()
+    return bytes(spark_context.binaryFiles(path, 1).values().first())
+
+
+def newest(spark_context: SparkContext | None, directory: str) -> str | None:
+    """The path of the newest checkpoint in ``directory`` (None when it has none or does not exist)."""
+    if is_local_path(directory):
+        if not os.path.isdir(_local(directory)):
+            return None
+        paths = list_paths(None, directory, suffix=SUFFIX, recursive=False)
+    else:
+        fs, hadoop_path = _hadoop_fs(spark_context, directory)
+        if not fs.exists(hadoop_path):
+            return None
+        paths = list_paths(spark_context, directory, suffix=SUFFIX, recursive=False)
+    numbered = [(int(m.group(1)), p) for p in paths if (m := _NAME.search(p))]
+    return max(numbered)[1] if numbered else None
+
+
+def load_newest(spark_context: SparkContext | None, directory: str, network: Any,
+                master: Any) -> Checkpoint | None:
+    """Restore the newest checkpoint into ``network`` (and the master's threshold state)."""
+    path = newest(spark_context, directory)
+    if path is None:
+        return None
+    try:
+        record = msgpack.unpackb(_read(spark_context, path), raw=False)
+    except (OSError, ValueError, msgpack.UnpackException) as exc:
+        raise SparkInputError(f"{path}: not a readable psrv checkpoint: {exc}") from exc
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise SparkInputError(f"{path}: not a psrv checkpoint (expected format {FORMAT!r})")
+    _restore_network(record["network_kind"], record["network"], network, path)
+    if record.get("threshold_state") is not None and hasattr(master, "threshold_algorithm"):
+        from psrv.encoding import threshold_algorithm_from_state
+
+        master.threshold_algorithm = threshold_algorithm_from_state(record["threshold_state"])
+    history = [(int(e), dict(m)) for e, m in record.get("history", [])]
+    return Checkpoint(path, int(record["epoch"]), history, bool(record.get("stopped", False)))
+
+
+__all__ = ["Checkpoint", "checkpoint_path", "load_newest", "newest", "save"]

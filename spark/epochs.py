@@ -1,0 +1,201 @@
+"""Many epochs in one ``SparkNetwork.fit`` call: the data prepared once, validation, callbacks, checkpoints.
+
+The training data is exported as minibatch files once per call (the "export" approach) or cached once
+(the "direct" approach); every epoch then trains from those files or that cache with the training
+master's own per-epoch code, so an epoch inside one call trains exactly as a separate ``fit`` would
+(the minibatch order still comes from the network's seed and epoch). After each epoch: metrics of the
+driver's network (the master copy) on ``validation_data``, evaluated on the executors; the callbacks;
+a checkpoint. ``resume=True`` loads the newest checkpoint first and trains the remaining epochs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from psrv.spark.errors import SparkConfigError
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+log = logging.getLogger(__name__)
+
+
+class Callback(Protocol):
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> bool | None:
+        """Called after each epoch (``epoch`` counts from 1 within the run); True stops the fit."""
+
+
+@dataclass
+class EarlyStopping:
+    """Stop when ``metric`` has not improved for ``patience`` epochs in a row (as Keras counts: 0 and 1
+    both stop at the first epoch without improvement). ``mode`` "min", "max" or "auto" ("max" for
+    accuracy/precision/recall/f1/r2, else "min"); ``min_delta`` is the least change that counts."""
+
+    metric: str = "val_loss"
+    patience: int = 2
+    mode: str = "auto"
+    min_delta: float = 0.0
+    best: float | None = field(default=None, init=False)
+    best_epoch: int | None = field(default=None, init=False)
+    stopped_epoch: int | None = field(default=None, init=False)
+    _waited: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("min", "max", "auto"):
+            raise SparkConfigError(f"EarlyStopping mode: expected 'min', 'max' or 'auto', got {self.mode!r}")
+        if self.patience < 0:
+            raise SparkConfigError(f"EarlyStopping patience: expected >= 0, got {self.patience}")
+
+    def _maximize(self) -> bool:
+        if self.mode != "auto":
+            return self.mode == "max"
+        return any(word in self.metric for word in ("accuracy", "precision", "recall", "f1", "r2"))
+
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> bool:
+        if self.metric not in metrics:
+            raise SparkConfigError(
+                f"EarlyStopping: no metric {self.metric!r} after epoch {epoch}; the metrics are "
+                f"{sorted(metrics)} (val_* need validation_data)"
+            )
+        value = float(metrics[self.metric])
+        better = self.best is None or (
+            value > self.best + self.min_delta if self._maximize() else value < self.best - self.min_delta
+        )
+        if better:
+            self.best, self.best_epoch, self._waited = value, epoch, 0
+            return False
+        self._waited += 1
+        if self._waited >= self.patience:
+            self.stopped_epoch = epoch
+            return True
+        return False
+
+
+def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:
+    """What the driver's network scores on ``validation_data`` (evaluated on the executors)."""
+    result = spark_network.evaluate(validation_data)
+    if hasattr(result, "accuracy"):
+        return {"val_accuracy": float(result.accuracy()), "val_precision": float(result.precision()),
+                "val_recall": float(result.recall()), "val_f1": float(result.f1())}
+    return {"val_mse": float(result.mean_squared_error()), "val_mae": float(result.mean_absolute_error()),
+            "val_rmse": float(result.root_mean_squared_error()), "val_r2": float(result.r_squared())}
+
+
+def _stop_requested(callback: Any, epoch: int, metrics: dict[str, float]) -> bool:
+    hook = getattr(callback, "on_epoch_end", None)
+    if hook is None and callable(callback):
+        hook = callback
+    if hook is None:
+        raise SparkConfigError(
+            "callbacks: expected objects with on_epoch_end(epoch, metrics) -> bool, got "
+            f"{type(callback).__name__}"
+        )
+    return bool(hook(epoch, dict(metrics)))
+
+
+@contextmanager
+def prepared_data(spark_context: SparkContext, master: Any, network: Any,
+                  rdd: RDD) -> Iterator[Callable[[], None]]:
+    """A function that trains one epoch on data prepared once for the whole call."""
+    from psrv.nn.data import FileDataSetLoader
+    from psrv.spark.export import exported_minibatches
+    from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
+    from psrv.spark.partitioning import repartition_rdd
+
+    approach = getattr(master, "rdd_training_approach", "export")
+    workers_of = getattr(master, "workers", None) or getattr(master, "num_workers", None)
+    workers = int(workers_of(spark_context)) if callable(workers_of) \
+        else int(spark_context.defaultParallelism)
+    strategy = getattr(master, "repartition_strategy", "balanced")
+    if approach == "export":
+        data = repartition_rdd(rdd, workers, master.repartition, strategy)
+        started = time.time()
+        with exported_minibatches(data, master.batch_size_per_worker, master.export_directory) as paths:
+            record = getattr(master, "_driver_event", None)
+            if callable(record):
+                record("export", started, time.time(), minibatches=len(paths))
+            if not paths:
+                from psrv.spark.errors import SparkInputError
+
+                raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+
+            shuffles_itself = isinstance(master, ParameterAveragingTrainingMaster)
+
+            def epoch_from_files() -> None:
+                # the order a separate fit would train in: parameter averaging shuffles the paths itself,
+                # gradient sharing's execute_training shuffles them before handing them over
+                shuffled = list(paths)
+                if not shuffles_itself:
+                    rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
+                    shuffled = [paths[i] for i in rng.permutation(len(paths))]
+                paths_rdd = spark_context.parallelize(shuffled, max(1, min(workers, len(shuffled))))
+                master.execute_training_paths(spark_context, network, paths_rdd, FileDataSetLoader())
+
+            yield epoch_from_files
+        return
+    cached = rdd.cache()
+    try:
+        yield lambda: master.execute_training(spark_context, network, cached)
+    finally:
+        cached.unpersist()
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    metrics: dict[str, float]
+    seconds: float
+
+
+def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any = None,
+               callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
+               resume: bool = False) -> list[EpochRecord]:
+    """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
+    from psrv.spark import checkpoints
+
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise SparkConfigError(f"epochs: expected a positive int, got {epochs!r}")
+    if resume and checkpoint_dir is None:
+        raise SparkConfigError("resume=True needs checkpoint_dir (where the checkpoints of the run are)")
+    sc, network, master = spark_network.spark_context, spark_network.network, spark_network._master()
+    history: list[EpochRecord] = []
+    done = 0
+    if resume:
+        found = checkpoints.load_newest(sc, checkpoint_dir, network, master)
+        if found is not None:
+            done = found.epoch
+            history.extend(EpochRecord(e, m, math.nan) for e, m in found.history)
+            log.info("resuming from %s after epoch %d", found.path, done)
+            if found.stopped:
+                return history
+    if done >= epochs:
+        return history
+    with prepared_data(sc, master, network, rdd) as train_one_epoch:
+        for epoch in range(done + 1, epochs + 1):
+            started = time.monotonic()
+            train_one_epoch()
+            metrics: dict[str, float] = {}
+            score = getattr(master, "last_score", None)
+            if score is not None:
+                metrics["loss"] = float(score)
+            if validation_data is not None:
+                metrics.update(validation_metrics(spark_network, validation_data))
+            history.append(EpochRecord(epoch, metrics, time.monotonic() - started))
+            stop = any([_stop_requested(callback, epoch, metrics) for callback in callbacks])
+            if checkpoint_dir is not None:
+                checkpoints.save(sc, checkpoint_dir, network, master, epoch,
+                                 [(r.epoch, r.metrics) for r in history], stopped=stop)
+            if stop:
+                log.info("a callback stopped the fit after epoch %d", epoch)
+                break
+    return history
+
+
+__all__ = ["Callback", "EarlyStopping", "EpochRecord", "prepared_data", "run_epochs", "validation_metrics"]

@@ -1,0 +1,276 @@
+"""psrv.spark.ml: Spark ML Estimators and Transformers around psrv networks (Horovod's TorchEstimator shape).
+
+``TorchEstimator(module, loss, optimizer, input_shape, ...).fit(df)`` trains a ``TorchNetwork`` on Spark
+(``SparkNetwork.fit`` with epochs, validation, callbacks and checkpoints) and returns a ``TorchModel``,
+a Transformer whose ``transform(df)`` adds a prediction column (class index for classification, the value
+for regression) and a probability column (classification) in one distributed pass, the network shipped
+once per executor. ``NetworkEstimator`` does the same for a ``psrv.nn.Network``. Both are plain
+``pyspark.ml`` stages, so they sit in a ``Pipeline`` (e.g. after a ``VectorAssembler``). Features may be
+one array column, one ML Vector column, or several numeric / array / Vector columns (concatenated).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.spark.batching import chunked
+from psrv.spark.errors import SparkConfigError, SparkInputError
+from pyspark.ml import Estimator, Model
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+FORMAT = "psrv.spark.ml.model"
+FORMAT_VERSION = 1
+_ROWS = 256
+
+
+def _values(value: Any, column: str) -> np.ndarray:
+    if value is None:
+        raise SparkInputError(f"column {column!r}: expected numbers, got a null")
+    if hasattr(value, "toArray"):
+        value = value.toArray()
+    return np.asarray(value, dtype=np.float32).reshape(-1)
+
+
+def _features(row: Any, columns: Sequence[str]) -> np.ndarray:
+    parts = [_values(row[c], c) for c in columns]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _datasets(feature_cols: tuple[str, ...], label_col: str, num_classes: int | None) -> Any:
+    def convert(rows: Iterator[Any]) -> Iterator[Any]:
+        from psrv.nn.data import DataSet
+
+        for chunk in chunked(rows, _ROWS):
+            x = np.stack([_features(r, feature_cols) for r in chunk])
+            labels = [_values(r[label_col], label_col) for r in chunk]
+            if num_classes is not None:
+                index = np.array([int(v[0]) for v in labels], dtype=np.int64)
+                if index.min() < 0 or index.max() >= num_classes:
+                    raise SparkInputError(
+                        f"column {label_col!r}: expected class indices in [0, {num_classes}), got range "
+                        f"[{int(index.min())}, {int(index.max())}]"
+                    )
+                y = np.eye(num_classes, dtype=np.float32)[index]
+            else:
+                y = np.stack(labels).astype(np.float32)
+            yield DataSet(x, y)
+
+    return convert
+
+
+def _check_columns(frame: DataFrame, columns: Sequence[str], option: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise SparkInputError(
+            f"DataFrame has no column(s) {missing} ({option}); its columns are {frame.columns}")
+
+
+def _is_classifier(network: Any) -> bool:
+    activation = getattr(network, "output_activation", None)
+    if activation is not None or hasattr(network, "module"):
+        return activation in ("softmax", "sigmoid")
+    layer = getattr(network, "output_layer", None)
+    return getattr(getattr(layer, "loss", None), "name", None) != "mse"
+
+
+class _NetworkEstimator(Estimator):
+    """What both estimators share: turn the DataFrame into DataSets, fit over epochs, return a model."""
+
+    def __init__(self, *, feature_cols: Sequence[str] | str, label_col: str, prediction_col: str,
+                 probability_col: str, epochs: int, batch_size: int, training_master: Any,
+                 validation: Any, callbacks: Sequence[Any], checkpoint_dir: str | None) -> None:
+        super().__init__()
+        self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
+        if not self.feature_cols:
+            raise SparkConfigError("feature_cols: expected at least one column name")
+        self.label_col = label_col
+        self.prediction_col = prediction_col
+        self.probability_col = probability_col
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.training_master = training_master
+        self.validation = validation
+        self.callbacks = tuple(callbacks)
+        self.checkpoint_dir = checkpoint_dir
+        self.last_history: list[Any] = []
+
+    def _new_network(self) -> Any:
+        raise NotImplementedError
+
+    def _as_rdd(self, frame: DataFrame, network: Any) -> Any:
+        _check_columns(frame, self.feature_cols, "feature_cols")
+        _check_columns(frame, (self.label_col,), "label_col")
+        classes = int(network.num_outputs) if _is_classifier(network) and network.num_outputs > 1 else None
+        return frame.select(*self.feature_cols, self.label_col).rdd.mapPartitions(
+            _datasets(self.feature_cols, self.label_col, classes))
+
+    def _master(self) -> Any:
+        if self.training_master is not None:
+            return self.training_master
+        from psrv.spark.config import VoidConfiguration
+        from psrv.spark.shared_training import SharedTrainingMaster
+
+        return SharedTrainingMaster(VoidConfiguration(), batch_size_per_worker=self.batch_size)
+
+    def _fit(self, dataset: DataFrame) -> TorchModel:
+        from psrv.spark.network import SparkNetwork
+
+        network = self._new_network()
+        spark_net = SparkNetwork(dataset.sparkSession.sparkContext, network, self._master())
+        validation = self._as_rdd(self.validation, network) if self.validation is not None else None
+        spark_net.fit(self._as_rdd(dataset, network), epochs=self.epochs, validation_data=validation,
+                      callbacks=self.callbacks, checkpoint_dir=self.checkpoint_dir)
+        self.last_history = list(spark_net.history)
+        return TorchModel(network, feature_cols=self.feature_cols, prediction_col=self.prediction_col,
+                          probability_col=self.probability_col)
+
+
+class TorchEstimator(_NetworkEstimator):
+    """A ``pyspark.ml`` Estimator training a ``torch.nn.Module`` with psrv; ``fit(df) -> TorchModel``.
+
+    Every ``fit`` starts from a copy of ``module`` as given. ``optimizer`` is a factory
+    ``params -> torch.optim.Optimizer`` (default Adam(lr=1e-3)); ``training_master`` defaults to
+    gradient sharing with ``batch_size`` examples per worker minibatch.
+    """
+
+    def __init__(self, module: Any, loss: Any, optimizer: Any = None, input_shape: Sequence[int] | int = (),
+                 feature_cols: Sequence[str] | str = ("features",), label_col: str = "label",
+                 prediction_col: str = "prediction", probability_col: str = "probability", epochs: int = 1,
+                 batch_size: int = 32, training_master: Any = None, validation: Any = None,
+                 callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
+                 output_activation: str | None = "softmax", seed: int | None = None) -> None:
+        super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
+                         probability_col=probability_col, epochs=epochs, batch_size=batch_size,
+                         training_master=training_master, validation=validation, callbacks=callbacks,
+                         checkpoint_dir=checkpoint_dir)
+        if not input_shape:
+            raise SparkConfigError(
+                "input_shape: expected the shape of one example, e.g. (64,) or (1, 28, 28)")
+        self.module, self.loss, self.optimizer = module, loss, optimizer
+        self.input_shape, self.output_activation, self.seed = input_shape, output_activation, seed
+
+    def _new_network(self) -> Any:
+        from psrv.nn.torch_adapter import TorchNetwork
+
+        return TorchNetwork(copy.deepcopy(self.module), copy.deepcopy(self.loss), self.input_shape,
+                            optimizer=self.optimizer, output_activation=self.output_activation,
+                            seed=self.seed)
+
+
+class NetworkEstimator(_NetworkEstimator):
+    """The same for a ``psrv.nn.Network``: every ``fit`` trains a clone of ``network`` as given."""
+
+    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+                 label_col: str = "label", prediction_col: str = "prediction",
+                 probability_col: str = "probability", epochs: int = 1, batch_size: int = 32,
+                 training_master: Any = None, validation: Any = None, callbacks: Sequence[Any] = (),
+                 checkpoint_dir: str | None = None) -> None:
+        super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
+                         probability_col=probability_col, epochs=epochs, batch_size=batch_size,
+                         training_master=training_master, validation=validation, callbacks=callbacks,
+                         checkpoint_dir=checkpoint_dir)
+        self.network = network
+
+    def _new_network(self) -> Any:
+        return self.network.clone()
+
+
+def _predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: bool) -> Any:
+    def predict(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+        from pyspark.ml.linalg import DenseVector
+
+        network = broadcast.value.cached_network()  # built once per executor process
+        for chunk in chunked(rows, _ROWS):
+            out = np.asarray(network.output(np.stack([_features(r, feature_cols) for r in chunk])))
+            for row, values in zip(chunk, out, strict=True):
+                if classifier:
+                    index = int(values[0] >= 0.5) if values.shape[0] == 1 else int(np.argmax(values))
+                    yield (*row, float(index), DenseVector(values.astype(np.float64)))
+                else:
+                    yield (*row, float(values[0]) if values.shape[0] == 1 else [float(v) for v in values])
+
+    return predict
+
+
+class TorchModel(Model):
+    """A trained psrv network as a ``pyspark.ml`` Transformer (also what ``NetworkEstimator`` returns)."""
+
+    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+                 prediction_col: str = "prediction", probability_col: str = "probability") -> None:
+        super().__init__()
+        self.network = network
+        self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
+        self.prediction_col = prediction_col
+        self.probability_col = probability_col
+
+    @property
+    def is_classifier(self) -> bool:
+        return _is_classifier(self.network)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        from psrv.spark.payload import NetworkPayload
+        from pyspark.ml.linalg import VectorUDT
+        from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+        _check_columns(dataset, self.feature_cols, "feature_cols")
+        session = dataset.sparkSession
+        classifier = self.is_classifier
+        fields = list(dataset.schema.fields)
+        if classifier:
+            fields += [StructField(self.prediction_col, DoubleType(), False),
+                       StructField(self.probability_col, VectorUDT(), False)]
+        elif int(self.network.num_outputs) == 1:
+            fields.append(StructField(self.prediction_col, DoubleType(), False))
+        else:
+            fields.append(StructField(self.prediction_col, ArrayType(DoubleType(), False), False))
+        broadcast = session.sparkContext.broadcast(NetworkPayload.from_network(self.network))
+        rows = dataset.rdd.mapPartitions(_predictor(broadcast, self.feature_cols, classifier))
+        return session.createDataFrame(rows, StructType(fields))
+
+    # -- files --------------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """One file (local path or Hadoop-FS URI): the network in its file form and the column names."""
+        import msgpack
+        from psrv.spark.checkpoints import _network_bytes
+        from psrv.spark.data_files import write_bytes
+        from pyspark import SparkContext
+
+        kind, blob = _network_bytes(self.network)
+        meta = {"feature_cols": list(self.feature_cols), "prediction_col": self.prediction_col,
+                "probability_col": self.probability_col}
+        record = {"format": FORMAT, "format_version": FORMAT_VERSION, "network_kind": kind,
+                  "network": blob, "meta": json.dumps(meta)}
+        write_bytes(path, msgpack.packb(record, use_bin_type=True), SparkContext._active_spark_context)
+
+    @classmethod
+    def load(cls, path: str) -> TorchModel:
+        import msgpack
+        from psrv.spark.checkpoints import _read
+        from pyspark import SparkContext
+
+        try:
+            record = msgpack.unpackb(_read(SparkContext._active_spark_context, path), raw=False)
+        except (OSError, ValueError, msgpack.UnpackException) as exc:
+            raise SparkInputError(f"{path}: not a readable psrv model file: {exc}") from exc
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise SparkInputError(f"{path}: not a psrv.spark.ml model file (expected format {FORMAT!r})")
+        if record["network_kind"] == "network":
+            from psrv.nn.serialization import network_from_bytes
+
+            network = network_from_bytes(record["network"], source=path)
+        else:
+            from psrv.nn.torch_adapter import TorchNetwork
+
+            network = TorchNetwork.from_bytes(record["network"], source=path)
+        meta = json.loads(record["meta"])
+        return cls(network, feature_cols=meta["feature_cols"], prediction_col=meta["prediction_col"],
+                   probability_col=meta["probability_col"])
+
+
+__all__ = ["NetworkEstimator", "TorchEstimator", "TorchModel"]

@@ -1,0 +1,130 @@
+"""Checks on the driver before a training job: one clear line instead of a failed or empty job.
+
+What can be told from metadata (DataFrame columns, the loader, the user's code) is checked without
+Spark; what needs the data (how many examples each worker gets, whether a sample fits the network)
+is learned in one light pass that only counts examples and keeps two rows (no training, no export).
+
+Batch larger than the data: psrv *refuses* (a ``SparkConfigError`` naming the numbers and the fix)
+rather than clamping silently, because a clamped batch changes the optimisation the user asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.spark.errors import SparkConfigError, SparkInputError
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+
+SAMPLE_ROWS = 2
+
+
+def check_columns(columns: Sequence[str], features_col: str, label_col: str) -> None:
+    """Both columns exist (``features_col`` / ``label_col`` named when one does not)."""
+    for option, name in (("features_col", features_col), ("label_col", label_col)):
+        if name not in columns:
+            raise SparkInputError(
+                f"DataFrame has no column {name!r} ({option}={name!r}); its columns are {list(columns)}: "
+                f"pass SparkNetwork(..., {option}='<column>')"
+            )
+
+
+@dataclass
+class DataProfile:
+    """Example counts of each element of each partition, and a sample of the first rows."""
+
+    element_sizes: list[list[int]]
+    sample: Any | None  # a DataSet of up to SAMPLE_ROWS examples
+
+    @property
+    def total(self) -> int:
+        return sum(sum(sizes) for sizes in self.element_sizes)
+
+    def shares(self, workers: int, repartitioned: bool) -> list[int]:
+        """Examples per worker after the training master's repartitioning (balanced round-robin by
+        element, as psrv.spark.partitioning deals them) or as the partitions are."""
+        if not repartitioned:
+            return [sum(sizes) for sizes in self.element_sizes]
+        shares = [0] * workers
+        index = 0
+        for sizes in self.element_sizes:
+            for size in sizes:
+                shares[index % workers] += size
+                index += 1
+        return shares
+
+
+def _profile_partition(items: Iterator[Any]) -> Iterator[tuple[list[int], Any]]:
+    from psrv.spark.batching import as_dataset
+
+    sizes: list[int] = []
+    sample = None
+    for item in items:
+        dataset = as_dataset(item)
+        sizes.append(int(dataset.num_examples))
+        if sample is None and dataset.num_examples:
+            sample = dataset.subset(slice(0, min(SAMPLE_ROWS, dataset.num_examples)))
+    yield sizes, sample
+
+
+def profile(rdd: RDD) -> DataProfile:
+    """One light pass over an RDD of DataSets: element sizes per partition and a sample."""
+    parts = rdd.mapPartitions(_profile_partition).collect()
+    sample = next((s for _, s in parts if s is not None), None)
+    return DataProfile([sizes for sizes, _ in parts], sample)
+
+
+def check_batch_fits(batch_size: int, data: DataProfile, workers: int, repartitioned: bool) -> None:
+    """Refuse a minibatch larger than what every worker gets (it would train nothing useful)."""
+    if data.total == 0:
+        raise SparkInputError("fit: the data holds no example (empty RDD or DataFrame)")
+    shares = data.shares(workers, repartitioned)
+    largest = max(shares)
+    if batch_size > largest:
+        raise SparkConfigError(
+            f"batch_size_per_worker={batch_size} is larger than the data of every worker ({data.total} "
+            f"examples over {len(shares)} workers, at most {largest} each): each would take one short "
+            f"minibatch per epoch; use batch_size_per_worker <= {largest} or fewer workers"
+        )
+
+
+def _per_example_shape(array: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in np.shape(array)[1:])
+
+
+def check_sample(network: Any, sample: Any, label_col: str | None = None) -> None:
+    """The sample's features and labels fit the network (``input_shape`` named when they do not)."""
+    if sample is None:
+        return
+    input_shape = tuple(getattr(network, "input_shape", ()) or ())
+    features = _per_example_shape(sample.features)
+    if input_shape and features != input_shape and int(np.prod(features)) != int(np.prod(input_shape)):
+        raise SparkInputError(
+            f"the data's features have shape {features} per example ({int(np.prod(features))} values) but "
+            f"the network's input_shape is {input_shape} ({int(np.prod(input_shape))} values): build the "
+            f"network with input_shape={features} or reshape the features"
+        )
+    try:
+        network.output(sample.features)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, named with input_shape
+        first = (str(exc).strip().splitlines() or [repr(exc)])[0][:300]
+        raise SparkInputError(
+            f"the network cannot run on a sample of the data (features of shape {features} per example, "
+            f"network input_shape={input_shape}): {type(exc).__name__}: {first}; check input_shape against "
+            "the data and the module's first layer"
+        ) from exc
+    outputs = getattr(network, "num_outputs", None)
+    labels = _per_example_shape(sample.labels)
+    if outputs is not None and labels and int(np.prod(labels)) != int(outputs):
+        where = f" (label_col={label_col!r})" if label_col else ""
+        raise SparkInputError(
+            f"the data's labels have shape {labels} per example{where} but the network has {outputs} "
+            f"outputs: expected one-hot rows of {outputs} (or class indices in [0, {outputs}) in a DataFrame)"
+        )
+
+
+__all__ = ["DataProfile", "check_batch_fits", "check_columns", "check_sample", "profile"]

@@ -1,0 +1,93 @@
+"""The PyTorch user's path, run as a user runs it: ``spark-submit --master local-cluster[2,1,1024]`` of a
+script with its own ``nn.Module`` classes (tests/spark/scripts/user_script.py), once for every check.
+
+Each test is one of issue 12's failures: (1) a model class of the script reaches the executors, a helper
+module beside the script is refused on the driver until shipped; (2) a second network of the same
+architecture fits in the same session and Python workers; (3) wrong inputs fail on the driver before
+any training job with one clear line, and a worker's psrv error is the first line the user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+
+SCRIPTS = Path(__file__).parent / "scripts"
+SUBMIT_DEADLINE_S = 840
+
+
+@pytest.fixture(scope="module")
+def user_run(tmp_path_factory) -> dict:
+    """The script's results (it runs in its own Spark application, beside the tests' session)."""
+    work = tmp_path_factory.mktemp("user-script")
+    out = work / "results.json"
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the executors get no source tree
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    command = [str(submit), "--master", "local-cluster[2,1,1024]",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+               "--conf", "spark.driver.memory=1g", "--conf", "spark.executor.memory=1g",
+               str(SCRIPTS / "user_script.py"), str(out)]
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                          timeout=SUBMIT_DEADLINE_S)
+    if done.returncode != 0 or not out.exists():
+        pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
+    return json.loads(out.read_text())
+
+
+def _value(result: dict) -> object:
+    assert result["ok"], f"{result.get('type')}: {result.get('error')}\n{result.get('trace')}"
+    return result["value"]
+
+
+@pytest.mark.parametrize("master", ["shared", "averaging"])
+def test_script_classes_ship_by_value_and_a_second_network_fits(user_run, master) -> None:
+    """Failures 1 and 2: SmallNet lives in the script's __main__; three fits in one session (fresh,
+    fresh of the same architecture, the first again) each train their own network."""
+    value = _value(user_run[f"refit_{master}"])
+    assert value == {"second_changed": True, "distinct": True, "finite": True}
+
+
+def test_helper_module_beside_the_script_is_refused_until_shipped(user_run) -> None:
+    refused = user_run["helper_module_unshipped"]
+    assert not refused["ok"] and refused["type"] == "SparkConfigError"
+    assert refused["jobs"] == 0  # said on the driver, before any Spark job
+    assert "ScaledNet" in refused["error"] and "user_layers" in refused["error"]
+    assert "addPyFile" in refused["error"] and "--py-files" in refused["error"]
+    assert _value(user_run["helper_module_shipped"]) == "fitted"
+
+
+@pytest.mark.parametrize(("check", "error_type", "words", "max_jobs"), [
+    ("batch_too_large", "SparkConfigError", ["batch_size_per_worker=5000", "at most 120"], 2),
+    ("wrong_input_shape", "SparkInputError", ["input_shape is (1, 8, 8)", "(8,)"], 2),
+    ("missing_column", "SparkInputError", ["features_col='pixels'"], 0),
+    ("locked_loader", "SparkConfigError", ["loader", "cannot be pickled"], 0),
+    ("loader_without_load", "SparkConfigError", ["loader", "load(path)"], 0),
+])
+def test_wrong_input_fails_on_the_driver_with_one_clear_line(user_run, check, error_type, words,
+                                                             max_jobs) -> None:
+    """Failure 3: no training job starts (at most the light pass that counts the data: the DataFrame's
+    conversion and the count)."""
+    result = user_run[check]
+    assert not result["ok"] and result["type"] == error_type, result
+    first_line = result["error"].splitlines()[0]
+    for word in words:
+        assert word in first_line, first_line
+    assert result["jobs"] <= max_jobs
+
+
+def test_a_workers_psrv_error_is_the_first_line(user_run) -> None:
+    result = user_run["worker_error"]
+    assert not result["ok"] and result["type"] == "SparkInputError", result
+    lines = result["error"].splitlines()
+    assert lines[0].startswith("SparkInputError: DataFrame column 'label': expected class indices in [0, 3)")
+    assert any("at org.apache.spark" in line or "Traceback" in line for line in lines[1:])  # the trace after
