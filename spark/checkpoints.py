@@ -3,20 +3,19 @@
 A checkpoint holds everything training continues from: the network in its file form (parameters,
 updater state, counters, normaliser; a TorchNetwork with its optimizer state, user code by value),
 the training master's threshold state (gradient sharing), the epoch and every epoch's metrics.
-Local files are written to a temporary name and renamed; on other file systems the file is written
-under a hidden temporary name and renamed by the Hadoop file system, so a reader never sees half a file.
+Files go through the storage layer (psrv.spark.storage): written to a temporary name and renamed where
+the file system renames atomically (local, HDFS), so a reader never sees half a file; object stores
+write the object directly (see README, storage).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
-from psrv.spark.data_files import _hadoop_fs, _local, is_local_path, list_paths, write_bytes
+from psrv.spark import storage
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.payload import set_counters
 
@@ -88,43 +87,17 @@ def save(spark_context: SparkContext | None, directory: str, network: Any, maste
     }
     data = msgpack.packb(record, use_bin_type=True)
     path = checkpoint_path(directory, epoch)
-    if is_local_path(path):
-        os.makedirs(_local(directory), exist_ok=True)
-        write_bytes(path, data)
-    else:
-        if spark_context is None:
-            raise SparkConfigError(f"checkpoint_dir {directory!r} is not local: a SparkContext is needed")
-        fs, target = _hadoop_fs(spark_context, path)
-        _, temporary = _hadoop_fs(spark_context, directory.rstrip("/") + f"/.tmp-{uuid.uuid4().hex}")
-        stream = fs.create(temporary, True)
-        try:
-            stream.write(bytearray(data))
-        finally:
-            stream.close()
-        fs.delete(target, False)
-        if not fs.rename(temporary, target):
-            raise SparkInputError(f"cannot write checkpoint {path!r}: the rename failed")
+    if spark_context is not None and not storage.is_local(path):
+        storage.use_hadoop_configuration(spark_context)
+    storage.write_bytes(path, data)
     return path
-
-
-def _read(spark_context: SparkContext | None, path: str) -> bytes:
-    if is_local_path(path):
-        with open(_local(path), "rb") as handle:
-            return handle.read()
-    return bytes(spark_context.binaryFiles(path, 1).values().first())
 
 
 def newest(spark_context: SparkContext | None, directory: str) -> str | None:
     """The path of the newest checkpoint in ``directory`` (None when it has none or does not exist)."""
-    if is_local_path(directory):
-        if not os.path.isdir(_local(directory)):
-            return None
-        paths = list_paths(None, directory, suffix=SUFFIX, recursive=False)
-    else:
-        fs, hadoop_path = _hadoop_fs(spark_context, directory)
-        if not fs.exists(hadoop_path):
-            return None
-        paths = list_paths(spark_context, directory, suffix=SUFFIX, recursive=False)
+    if not storage.is_dir(directory):
+        return None
+    paths = storage.list_files(directory, suffix=SUFFIX, recursive=False)
     numbered = [(int(m.group(1)), p) for p in paths if (m := _NAME.search(p))]
     return max(numbered)[1] if numbered else None
 
@@ -136,7 +109,7 @@ def load_newest(spark_context: SparkContext | None, directory: str, network: Any
     if path is None:
         return None
     try:
-        record = msgpack.unpackb(_read(spark_context, path), raw=False)
+        record = msgpack.unpackb(storage.read_bytes(path), raw=False)
     except (OSError, ValueError, msgpack.UnpackException) as exc:
         raise SparkInputError(f"{path}: not a readable psrv checkpoint: {exc}") from exc
     if not isinstance(record, dict) or record.get("format") != FORMAT:
