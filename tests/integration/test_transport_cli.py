@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import stat
 import subprocess
@@ -32,7 +33,8 @@ def test_every_subcommand_explains_its_options_with_defaults(command: str) -> No
     sub = build_parser()._subparsers._group_actions[0].choices[command]
     shown = 0
     for action in sub._actions:  # every option with a real default names it once, in its help or after it
-        if not action.option_strings or action.required or action.nargs == 0 or action.default is None:
+        if (not action.option_strings or action.required or action.nargs == 0 or action.default is None
+                or action.default == argparse.SUPPRESS):  # e.g. --log-level after the subcommand
             continue
         if "default" in (action.help or "").lower():
             assert f"(default: {action.default})" not in text, f"{action.dest}: the default twice"
