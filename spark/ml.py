@@ -237,25 +237,23 @@ class TorchModel(Model):
     def save(self, path: str) -> None:
         """One file (local path or Hadoop-FS URI): the network in its file form and the column names."""
         import msgpack
+        from psrv.spark import storage
         from psrv.spark.checkpoints import _network_bytes
-        from psrv.spark.data_files import write_bytes
-        from pyspark import SparkContext
 
         kind, blob = _network_bytes(self.network)
         meta = {"feature_cols": list(self.feature_cols), "prediction_col": self.prediction_col,
                 "probability_col": self.probability_col}
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, "network_kind": kind,
                   "network": blob, "meta": json.dumps(meta)}
-        write_bytes(path, msgpack.packb(record, use_bin_type=True), SparkContext._active_spark_context)
+        storage.write_bytes(path, msgpack.packb(record, use_bin_type=True))
 
     @classmethod
     def load(cls, path: str) -> TorchModel:
         import msgpack
-        from psrv.spark.checkpoints import _read
-        from pyspark import SparkContext
+        from psrv.spark import storage
 
         try:
-            record = msgpack.unpackb(_read(SparkContext._active_spark_context, path), raw=False)
+            record = msgpack.unpackb(storage.read_bytes(path), raw=False)
         except (OSError, ValueError, msgpack.UnpackException) as exc:
             raise SparkInputError(f"{path}: not a readable psrv model file: {exc}") from exc
         if not isinstance(record, dict) or record.get("format") != FORMAT:

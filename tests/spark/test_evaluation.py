@@ -179,5 +179,5 @@ def test_dataframe_with_ml_vectors_evaluates_like_local(spark, spark_context, tr
     spark_net = SparkNetwork(spark, trained, features_col="pixels", label_col="digit")
     remote = spark_net.evaluate(frame)
     assert np.array_equal(remote.confusion_matrix(), trained.evaluate(test).confusion_matrix())
-    with pytest.raises(SparkInputError, match="lacks column"):
+    with pytest.raises(SparkInputError, match="has no column"):
         SparkNetwork(spark, trained).evaluate(frame)
