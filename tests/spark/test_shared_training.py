@@ -37,7 +37,11 @@ def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: 
     for _ in range(epochs):
         spark_net.fit(rdd)
         totals["epochs"] += 1
-        totals["missing"] = totals.get("missing", 0) + spark_net.training_master.last_fit["updates_missing"]
+        fit = spark_net.training_master.last_fit
+        totals["missing"] = totals.get("missing", 0) + fit["updates_missing"]
+        # the central invariant, every epoch: each task's final replica equals the master copy
+        assert fit["replicas_diverged"] == 0, fit
+        totals["replicas_checked"] = totals.get("replicas_checked", 0) + fit["replicas_checked"]
         for key in ("bytes_sent", "dense_bytes"):
             totals[key] += spark_net.training_master.last_fit[key]
         accuracy = spark_net.network.evaluate(test).accuracy()
