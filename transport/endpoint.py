@@ -339,6 +339,22 @@ class Endpoint:
             message = decode_frames(
                 body, max_message_bytes=cfg.max_message_bytes, max_header_bytes=cfg.max_header_bytes
             )
+        except FrameRejectedError as exc:
+            self._reject(exc.reason, exc.detail)
+            return
+        except (FatalTransportError, RetryableTransportError):
+            raise
+        except TransportError as exc:
+            self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001 - no frame, however absurd, may stop the I/O thread
+            self._reject("handler_error", f"{type(exc).__name__}: {exc!s:.200}")
+            return
+        self._handle(message, identity, sock)
+
+    def _handle(self, message: Message, identity: bytes | None, sock: zmq.Socket) -> None:
+        """Authenticate, reassemble and dispatch one decoded message (also a held one, later)."""
+        try:
             if not self._authenticate(message, identity, sock):
                 return
             if message.op is Op.CHUNK:

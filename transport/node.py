@@ -54,6 +54,8 @@ from psrv.transport.sockets import valid_address
 
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
+_UNKNOWN_HELD_MAX = 1024  # updates held from senders not announced yet (see _authenticate)
+_UNKNOWN_HELD_MIN_S = 2.0
 _DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
 _STATS_KEYS = (
     "updates_sent",
@@ -112,6 +114,9 @@ class Node(Endpoint):
         # in-flight messages
         self._routes: dict[bytes, int] = {}
         self._old_routes: dict[bytes, int] = {}
+        # updates from a routing id not announced yet: a new neighbour may send before our MESH from
+        # the controller arrives (a busy host delays it); held briefly and bounded, then handled or refused
+        self._unknown_held: deque[tuple[float, Message, bytes, Any]] = deque()
         self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
         self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
         self._watch: ControllerWatch | None = None
@@ -379,8 +384,24 @@ class Node(Endpoint):
             self.counters_.add("updates_sent", len(group))
 
     # ------------------------------------------------------------------ timers
+    def _retry_unknown_senders(self, now: float) -> None:
+        """Handle held updates whose sender a newer mesh announced; refuse those that waited too long."""
+        waiting = self._unknown_held
+        self._unknown_held = deque()
+        patience = max(_UNKNOWN_HELD_MIN_S, 4 * self.config.heartbeat_s)
+        for held_at, msg, identity, sock in waiting:
+            if identity in self._routes or identity in self._old_routes:
+                self._handle(msg, identity, sock)
+            elif now - held_at > patience:
+                self._reject("bad_sender", f"{msg.op} claiming node {msg.src} from a connection never "
+                             f"announced within {patience:.1f} s")
+            else:
+                self._unknown_held.append((held_at, msg, identity, sock))
+
     def _tick(self) -> None:
         now = time.monotonic()
+        if self._unknown_held:
+            self._retry_unknown_senders(now)
         stalled, self._last_tick = now - self._last_tick, now
         if self._watch is not None and stalled > 2 * self.config.heartbeat_s:
             # this process was frozen (SIGSTOP, swapping): the silence was ours, not the controller's;
@@ -488,6 +509,14 @@ class Node(Endpoint):
                 self.counters_.add(
                     "ignored_while_joining"
                 )  # e.g. the controller's first beat racing our reply
+                return False
+            if (
+                sender is None
+                and msg.op in (Op.UPDATE, Op.UPDATES, Op.CHUNK)
+                and len(self._unknown_held) < _UNKNOWN_HELD_MAX
+            ):
+                self._unknown_held.append((time.monotonic(), msg, identity, sock))
+                self.counters_.add("held_unknown_sender")
                 return False
         if sender != msg.src:
             raise FrameRejectedError(
@@ -828,6 +857,7 @@ class Node(Endpoint):
 
     def _rejoin(self, reason: str) -> None:
         self.log.warning("node %d must rejoin: %s", self.node_id, reason)
+        self._unknown_held.clear()
         with self.lock:
             self.replay.clear()
             self.node_id = UNJOINED
