@@ -250,6 +250,16 @@ class Cluster:
                 proc.popen.stdout.close()
 
 
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it is true; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.03)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
 def node_entries(status: dict[str, Any]) -> list[dict[str, Any]]:
     return status["nodes"]
 

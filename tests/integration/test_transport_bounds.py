@@ -3,14 +3,13 @@ pruned once a departed member is folded into the master copy, reassembly budgets
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import Stranger, header, update
+from conftest import Stranger, header, update, wait_until
 from psrv.encoding import encode
 from psrv.transport import Controller, Node, TransportConfig
 from psrv.transport.sockets import tcp
@@ -24,13 +23,6 @@ def fast(**kw) -> TransportConfig:
     )
 
 
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture

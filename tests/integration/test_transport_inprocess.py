@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import wait_until
 from psrv.encoding import ResidualEncoder, decode
 from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
@@ -21,13 +22,6 @@ def fast(**kw) -> TransportConfig:
     )
 
 
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def messages(count: int, seed: int, n: int = N) -> list[np.ndarray]:
