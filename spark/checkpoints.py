@@ -48,16 +48,31 @@ def _network_bytes(network: Any) -> tuple[str, bytes]:
     return "torch", network.to_bytes(pickle_module=cloudpickle)
 
 
-def _restore_network(kind: str, blob: bytes, network: Any, source: str) -> None:
-    """Copy a checkpoint's network state into the driver's network object (in place)."""
+def network_from_record(kind: str, blob: bytes, source: str) -> Any:
+    """The network a record's file form holds (``_network_bytes`` wrote it)."""
     if kind == "network":
         from psrv.nn.serialization import network_from_bytes
 
-        saved = network_from_bytes(blob, source=source)
-    else:
-        from psrv.nn.torch_adapter import TorchNetwork
+        return network_from_bytes(blob, source=source)
+    from psrv.nn.torch_adapter import TorchNetwork
 
-        saved = TorchNetwork.from_bytes(blob, source=source)
+    return TorchNetwork.from_bytes(blob, source=source)
+
+
+def read_record(path: str, expected_format: str, what: str) -> dict[str, Any]:
+    """One msgpack record file of ``expected_format`` (a checkpoint, a spark.ml model), or a clear error."""
+    try:
+        record = msgpack.unpackb(storage.read_bytes(path), raw=False)
+    except (OSError, ValueError, msgpack.UnpackException) as exc:
+        raise SparkInputError(f"{path}: not a readable {what}: {exc}") from exc
+    if not isinstance(record, dict) or record.get("format") != expected_format:
+        raise SparkInputError(f"{path}: not a {what} (expected format {expected_format!r})")
+    return record
+
+
+def _restore_network(kind: str, blob: bytes, network: Any, source: str) -> None:
+    """Copy a checkpoint's network state into the driver's network object (in place)."""
+    saved = network_from_record(kind, blob, source)
     if saved.params.shape != network.params.shape:
         raise SparkConfigError(
             f"{source}: the checkpoint holds {saved.params.size} parameters, the network "
@@ -108,12 +123,7 @@ def load_newest(spark_context: SparkContext | None, directory: str, network: Any
     path = newest(spark_context, directory)
     if path is None:
         return None
-    try:
-        record = msgpack.unpackb(storage.read_bytes(path), raw=False)
-    except (OSError, ValueError, msgpack.UnpackException) as exc:
-        raise SparkInputError(f"{path}: not a readable psrv checkpoint: {exc}") from exc
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise SparkInputError(f"{path}: not a psrv checkpoint (expected format {FORMAT!r})")
+    record = read_record(path, FORMAT, "psrv checkpoint")
     _restore_network(record["network_kind"], record["network"], network, path)
     if record.get("threshold_state") is not None and hasattr(master, "threshold_algorithm"):
         from psrv.encoding import threshold_algorithm_from_state

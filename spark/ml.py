@@ -249,23 +249,10 @@ class TorchModel(Model):
 
     @classmethod
     def load(cls, path: str) -> TorchModel:
-        import msgpack
-        from psrv.spark import storage
+        from psrv.spark.checkpoints import network_from_record, read_record
 
-        try:
-            record = msgpack.unpackb(storage.read_bytes(path), raw=False)
-        except (OSError, ValueError, msgpack.UnpackException) as exc:
-            raise SparkInputError(f"{path}: not a readable psrv model file: {exc}") from exc
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
-            raise SparkInputError(f"{path}: not a psrv.spark.ml model file (expected format {FORMAT!r})")
-        if record["network_kind"] == "network":
-            from psrv.nn.serialization import network_from_bytes
-
-            network = network_from_bytes(record["network"], source=path)
-        else:
-            from psrv.nn.torch_adapter import TorchNetwork
-
-            network = TorchNetwork.from_bytes(record["network"], source=path)
+        record = read_record(path, FORMAT, "psrv.spark.ml model file")
+        network = network_from_record(record["network_kind"], record["network"], path)
         meta = json.loads(record["meta"])
         return cls(network, feature_cols=meta["feature_cols"], prediction_col=meta["prediction_col"],
                    probability_col=meta["probability_col"])
