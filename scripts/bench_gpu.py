@@ -8,6 +8,8 @@
     synthetic 32x32 images, batch 128: the training step alone, against step + residual + encode + copy
     of the message to the host (reused pinned buffer) + decode of one peer's message; the overhead in
     percent (target: <= 5 %).
+(3) decoding a frame of K received (host) updates into the device parameters: one by one against
+    psrv.encoding.device.decode_many (one transfer and one kernel for the frame).
 Medians of several runs; CUDA timings are synchronized. Without a GPU it prints "no GPU" and exits 0;
 ``--cpu`` runs the same measurements on CPU tensors (so the script itself is exercised; those figures
 say nothing about a GPU). The tables are Markdown, ready for README.
@@ -76,6 +78,37 @@ def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
         rows.append(f"| {n:,} | {gbs / copy_s:.1f} | {encode_s * 1e3:.3f} | {gbs / encode_s:.1f} | "
                     f"{copy_s / encode_s:.2f}x | {decode_s * 1e3:.3f} | {copy_s / decode_s:.2f}x | "
                     f"{message.numel() * 4 / 1e3:.1f} |")
+    return rows
+
+
+def batch_decode_table(device, n: int, batches: list[int], repeats: int) -> list[str]:
+    """Decoding K received host messages into the device parameters: one by one vs decode_many."""
+    import torch
+    from psrv.encoding import device as codec
+    from psrv.encoding import encode
+
+    measure = timer(device)
+    rng = np.random.default_rng(n)
+    rows = [f"| updates in the frame (N = {n:,}, sparsity 1e-3) | one by one ms | decode_many ms "
+            "| speed-up |",
+            "|---|---|---|---|"]
+    for k in batches:
+        messages = []
+        for _ in range(k):
+            x = np.zeros(n, dtype=np.float32)
+            hits = rng.choice(n, max(1, n // 1000), replace=False)
+            x[hits] = rng.choice([-1.0, 1.0], hits.size)
+            messages.append(encode(x, 0.5))
+        target = torch.zeros(n, device=device)
+
+        def one_by_one(messages=messages, target=target) -> None:
+            for message in messages:
+                codec.decode(message, target)
+
+        single = measure(one_by_one, repeats)
+        batched = measure(lambda messages=messages, target=target: codec.decode_many(messages, target),
+                          repeats)
+        rows.append(f"| {k} | {single * 1e3:.3f} | {batched * 1e3:.3f} | {single / batched:.1f}x |")
     return rows
 
 
@@ -183,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {label}; torch {torch.__version__}\n")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     print("\n".join(codec_table(device, sizes, args.repeats)))
+    print()
+    first = sizes[0] if sizes else 1_000_000
+    print("\n".join(batch_decode_table(device, first, [1, 4, 16, 64], args.repeats)))
     if not args.skip_model:
         print()
         print("\n".join(step_table(device, args.batch, max(3, args.repeats // 2))))

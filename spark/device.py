@@ -7,7 +7,8 @@ assigned to the task (``TaskContext.resources()["gpu"]``, with ``spark.task.reso
 ``DeviceSharing`` is a device worker's side of gradient sharing: the residual and the threshold encoding
 stay on the device (psrv.encoding.device); only the encoded message crosses to the host, through a
 reused staging buffer (pinned when the device is CUDA); received updates are decoded into the device
-parameters by the node's apply hook, under the node's lock; a download (catch-up, re-sync) lands in a
+parameters by the node's apply hooks, under the node's lock (the updates of one UPDATES frame together:
+one host-to-device copy and one kernel for all of them); a download (catch-up, re-sync) lands in a
 host vector and is installed on the device. It runs on CPU tensors too (tests use it so in CI).
 """
 
@@ -87,7 +88,7 @@ class DeviceSharing:
         self._staging: Any = None
 
     def node_hooks(self) -> dict[str, Any]:
-        return {"apply": self.apply, "installed": self.installed}
+        return {"apply": self.apply, "apply_many": self.apply_many, "installed": self.installed}
 
     def apply(self, payload: np.ndarray, header: dict) -> None:
         """The node's apply hook (called under its lock): decode a received update on the device."""
@@ -100,6 +101,13 @@ class DeviceSharing:
         except MalformedMessageError as exc:
             raise FrameRejectedError(
                 "bad_payload", f"update {header.get('origin')}/{header.get('seq')}: {exc}") from None
+
+    def apply_many(self, payloads: list[np.ndarray], headers: list[dict]) -> list[Exception | None]:
+        """The node's batch hook (under its lock): an UPDATES frame's updates with one transfer and one
+        kernel on the device; a malformed one is returned as its error, the others are applied."""
+        from psrv.encoding import device as codec
+
+        return list(codec.decode_many(payloads, self.network.flat_params))
 
     def installed(self, params: np.ndarray) -> None:
         """The node downloaded the master copy into ``params`` (under its lock): put it on the device."""

@@ -52,6 +52,9 @@ from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck, compare, cov
 from psrv.transport.seen import restore
 from psrv.transport.sockets import valid_address
 
+#: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
+ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]
+
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
 _UNKNOWN_HELD_MAX = 1024  # updates held from senders not announced yet (see _authenticate)
@@ -90,8 +93,12 @@ class Node(Endpoint):
         apply: ApplyHook | None = None,
         want_updater_state: bool = False,
         installed: Callable[[np.ndarray], None] | None = None,
+        apply_many: ApplyManyHook | None = None,
     ) -> None:
         super().__init__(config, params, lock=lock, apply=apply)
+        # several updates of one UPDATES frame go to ``apply_many`` at once (a device decodes them with
+        # one transfer); it returns, per update, None (applied) or the exception that rejected it
+        self._apply_many = apply_many
         # with an apply hook the live parameters are elsewhere (e.g. on a GPU): ``params`` is then only the
         # download target, and ``installed(params)`` is called (under the lock) after each download
         self._installed = installed
@@ -682,9 +689,22 @@ class Node(Endpoint):
                     self.counters_.add("updates_dropped_backpressure")
             return
         with self.lock:
+            if self._apply_many is not None and len(fresh) > 1:
+                self._apply_batch(fresh)
+                return
             for fields, _, payload in fresh:
                 if self._apply_counted(payload, fields):
                     self.replay.remember(fields["origin"], fields["seq"], payload, fields)
+
+    def _apply_batch(self, fresh: list[tuple[dict, Any, np.ndarray]]) -> None:
+        """Apply several updates through the ``apply_many`` hook, counted like one by one (under the lock)."""
+        results = self._apply_many([payload for _, _, payload in fresh], [fields for fields, _, _ in fresh])
+        for (fields, _, payload), error in zip(fresh, results, strict=True):
+            if error is not None:
+                self._reject("bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {error}")
+                continue
+            self.counters_.applied(fields["origin"])
+            self.replay.remember(fields["origin"], fields["seq"], payload, fields)
 
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 

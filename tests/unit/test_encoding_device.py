@@ -229,3 +229,67 @@ def test_residual_encoder_on_a_torch_residual_behaves_like_the_numpy_one(dtype, 
     assert not bool(tensor.residual.any())
     with pytest.raises(ValueError, match="shape"):
         tensor.encode_update(torch.zeros(3))
+
+
+@PROPERTY
+@given(st.integers(1, 700), st.lists(st.tuples(st.floats(0.001, 1.0), st.floats(0.0, 1.0)), min_size=0,
+                                     max_size=8),
+       st.sampled_from([np.float32, np.float64]), st.sampled_from([1.0, -0.5]), st.data())
+def test_decode_many_equals_decoding_one_by_one(n, specs, dtype, scale, data) -> None:
+    """A batch (sparse and bitmap messages, overlapping indices, a malformed one anywhere) decodes to
+    exactly what the messages decoded one by one give; the bad one is skipped with decode's error."""
+    rng = np.random.default_rng(n)
+    messages: list = []
+    for tau, density in specs:
+        x = (np.where(rng.random(n) < density, 2.0, 0.0) * rng.choice([-1, 1], n)).astype(dtype)
+        message, _ = encode_counted(x, tau)
+        if message is not None:
+            messages.append(message)
+    bad_name = data.draw(st.sampled_from(sorted(MALFORMED) + [None]))
+    bad_at = data.draw(st.integers(0, len(messages)))
+    if bad_name is not None:
+        messages.insert(bad_at, MALFORMED[bad_name][0])
+    start = rng.normal(size=n).astype(dtype)
+    expected = start.copy()
+    expected_errors = []
+    for message in messages:
+        try:
+            decode(message, expected, scale)
+            expected_errors.append(None)
+        except MalformedMessageError as exc:
+            expected_errors.append(str(exc))
+    target = torch.from_numpy(start.copy())
+    errors = dev.decode_many(messages, target, scale)
+    assert [None if e is None else str(e) for e in errors] == expected_errors
+    np.testing.assert_array_equal(uint_view(target.numpy()), uint_view(expected))
+
+
+def test_decode_many_takes_device_messages_and_rejects_another_n() -> None:
+    x = np.zeros(50, dtype=np.float32)
+    x[[1, 7, 49]] = [1.0, -1.0, 1.0]
+    message, _ = encode_counted(x.copy(), 0.5)
+    other, _ = encode_counted(np.ones(10, dtype=np.float32), 0.5)
+    target = torch.zeros(50)
+    errors = dev.decode_many([message, torch.from_numpy(message), other, message], target)
+    assert errors[:2] == [None, None] and errors[3] is None
+    assert "N=10" in str(errors[2])
+    expected = np.zeros(50, dtype=np.float32)
+    for _ in range(3):
+        decode(message, expected)
+    np.testing.assert_array_equal(target.numpy(), expected)
+    assert dev.decode_many([], target) == []
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_decode_many_on_cuda_equals_the_cpu_within_rounding() -> None:
+    rng = np.random.default_rng(11)
+    n = 50_000
+    messages = []
+    for tau in (0.5, 0.25, 0.125, 0.5):
+        x = (np.where(rng.random(n) < 0.01, 2.0, 0.0) * rng.choice([-1, 1], n)).astype(np.float32)
+        messages.append(encode_counted(x, tau)[0])
+    cpu, cuda = torch.zeros(n), torch.zeros(n, device="cuda")
+    assert dev.decode_many(messages, cpu) == [None] * 4
+    assert dev.decode_many(messages, cuda) == [None] * 4
+    torch.testing.assert_close(cuda.cpu(), cpu, rtol=0, atol=1e-6)  # atomics may add in any order

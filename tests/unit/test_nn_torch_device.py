@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from psrv.encoding import AdaptiveThreshold, ResidualEncoder  # noqa: E402
+from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode_counted  # noqa: E402
 from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork, resolve_device  # noqa: E402
 from psrv.spark import device as spark_device  # noqa: E402
@@ -278,3 +278,55 @@ def test_task_device_takes_the_gpu_spark_assigned(monkeypatch, caplog) -> None:
     else:  # assigned a GPU torch cannot use: said so, then the automatic choice (the CPU here)
         assert chosen == torch.device("cpu")
         assert "Spark assigned GPU 0, which torch cannot use" in caplog.text
+
+
+def test_a_burst_of_updates_reaches_a_device_replica_in_batches() -> None:
+    """A burst submitted in a tight loop travels in UPDATES frames; the receiving device worker decodes
+    each frame's updates with one apply_many call (one transfer, one kernel) and ends equal to the master,
+    every update applied exactly once (the counts of both hooks add up to what was sent)."""
+    cfg = _config()
+    start = net(cnn(3))
+    controller = Controller(cfg, start.params.copy()).start()
+    sender_net, receiver_net = net(cnn(3)), net(cnn(3))
+    sender = spark_device.DeviceSharing(sender_net, ResidualEncoder(sender_net.num_params, device="cpu"))
+    receiver = spark_device.DeviceSharing(receiver_net,
+                                          ResidualEncoder(receiver_net.num_params, device="cpu"))
+    rows: list[int] = []
+    singles: list[int] = []
+    hooks = receiver.node_hooks()
+    batch_hook, single_hook = hooks["apply_many"], hooks["apply"]
+
+    def counted_batch(payloads, headers):
+        rows.append(len(payloads))
+        return batch_hook(payloads, headers)
+
+    def counted_single(payload, header):
+        singles.append(1)
+        return single_hook(payload, header)
+
+    hooks["apply_many"], hooks["apply"] = counted_batch, counted_single
+    nodes = []
+    try:
+        nodes.append(Node(cfg, sender.node_params, controller.address, **sender.node_hooks()).start())
+        nodes.append(Node(cfg, receiver.node_params, controller.address, **hooks).start())
+        rng = np.random.default_rng(5)
+        sent = 300
+        for step in range(sent):
+            update = np.zeros(sender_net.num_params, dtype=np.float32)
+            update[rng.choice(sender_net.num_params, 20, replace=False)] = rng.choice([-1.0, 1.0], 20)
+            message, _ = encode_counted(update, 2.0**-10)
+            sender.submit(nodes[0], torch.from_numpy(message), step, 0)
+        assert nodes[0].wait_acknowledged(timeout_s=30)
+        pause = threading.Event()
+        for _ in range(150):
+            if nodes[1].counters()["updates_applied"] >= sent:
+                break
+            pause.wait(0.1)
+        assert nodes[1].counters()["updates_applied"] == sent
+        assert sum(rows) + len(singles) == sent  # every update through one hook, once
+        assert max(rows, default=0) > 1  # the burst arrived in batches and was decoded as such
+        assert _replicas_equal([(receiver_net, None, None), (sender_net, None, None)], nodes, controller)
+    finally:
+        for node in nodes:
+            node.stop()
+        controller.stop()
