@@ -127,6 +127,9 @@ def minibatches(
     """Minibatches of one data set (sliced, shuffled when rng is given) or each item of an iterable."""
     if is_single(data):
         x, y, m = unpack(data)
+        if isinstance(x, list) and hasattr(data, "subset"):  # a MultiDataSet: its arrays sliced together
+            yield from _multi_minibatches(data, batch_size, rng)
+            return
         n = len(x)
         if n == 0:
             raise InvalidInputError("data set: expected at least one example, got an empty data set")
@@ -142,6 +145,15 @@ def minibatches(
         raise InvalidInputError(f"expected a DataSet or an iterable of DataSets, got {type(data).__name__}")
     for item in data:
         yield unpack(item)
+
+
+def _multi_minibatches(data: Any, batch_size: int, rng: np.random.Generator | None) -> Iterator[tuple]:
+    n = int(data.num_examples)
+    if n == 0:
+        raise InvalidInputError("data set: expected at least one example, got an empty data set")
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    for start in range(0, n, batch_size):
+        yield unpack(data.subset(order[start : start + batch_size]))
 
 
 def check_counter(value: Any, what: str) -> int:

@@ -177,6 +177,8 @@ class SparkNetwork:
         classification (a single sigmoid output counts as two classes)."""
         from psrv.nn.evaluation import Evaluation, RegressionEvaluation
 
+        if getattr(self.network, "multi_output", False):  # one evaluation per output (psrv.nn.torch_io)
+            return self.network.layout.default_evaluations()
         loss = getattr(getattr(getattr(self.network, "output_layer", None), "loss", None), "name", None)
         if loss == "mse":
             return RegressionEvaluation()
@@ -185,7 +187,8 @@ class SparkNetwork:
 
     def evaluate(self, data: Any, batch_size: int | None = None) -> Any:
         """Classification metrics (accuracy, precision, recall, F1, confusion matrix); regression
-        metrics for a network with an MSE output, as ``Network.evaluate`` does locally."""
+        metrics for a network with an MSE output, as ``Network.evaluate`` does locally. A TorchNetwork of
+        several outputs gives a list (psrv.nn.torch_io.PerOutput): one result per output."""
         return self.do_evaluation(data, batch_size, [self._classification()])[0]
 
     def evaluate_paths(self, paths_rdd: RDD, loader: Any | None = None, batch_size: int | None = None) -> Any:
@@ -215,6 +218,14 @@ class SparkNetwork:
         """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example."""
         return distributed.feed_forward_with_key(self.spark_context, self._payload(), pair_rdd,
                                                  batch_size or self.eval_batch_size)
+
+    def output(self, data: Any) -> RDD:
+        """The network's output on each element of an RDD of DataSets or MultiDataSets (in order): an
+        array, or a list of arrays (one per output) for a network of several outputs. Lazy."""
+        if not hasattr(data, "mapPartitions"):
+            raise SparkInputError(
+                f"output: expected an RDD of DataSets or MultiDataSets, got {type(data).__name__}")
+        return distributed.outputs_of(self.spark_context, self._payload(), data)
 
     # -- results on disk ----------------------------------------------------------------------------
     def save_evaluations(self, evaluations: Any, path: str) -> None:
