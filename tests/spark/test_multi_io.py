@@ -115,3 +115,40 @@ def test_data_that_does_not_fit_the_inputs_fails_on_the_driver(spark_context, di
     wrong = [MultiDataSet([b.features[0][:, :30], b.features[1]], b.labels) for b in _batches(train, 50)[:4]]
     with pytest.raises(SparkInputError, match=r"features\[0\] .* input_shape\[0\] is \(32,\)"):
         spark_net.fit(spark_context.parallelize(wrong, 2))
+
+
+def _frame(spark, dataset):
+    """Digits as a DataFrame: input 0 an array column, input 1 a group (a number + an array column),
+    output 0 a class index column, output 1 an array column."""
+    multi = _multi(dataset)
+    top, bottom = multi.features
+    rows = [(top[i].tolist(), float(bottom[i, 0]), bottom[i, 1:].tolist(), int(multi.labels[0][i].argmax()),
+             multi.labels[1][i].tolist()) for i in range(multi.num_examples)]
+    return spark.createDataFrame(rows, ["top", "b_first", "b_rest", "digit", "means"]), multi
+
+
+def test_a_dataframe_with_several_feature_column_groups(spark, spark_context, digits) -> None:
+    train, test = digits
+    train_df, _ = _frame(spark, train)
+    test_df, test_multi = _frame(spark, test)
+    network = _network()
+    loss_before = network.score(test_multi)
+    conf = VoidConfiguration(unicast_port=0, mesh_build_mode="plain", heartbeat_ms=500,
+                             join_timeout_ms=120_000)
+    master = SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach="export",
+                                  threshold_algorithm=AdaptiveThreshold(3e-2))
+    spark_net = SparkNetwork(spark_context, network, master, features_col=["top", ("b_first", "b_rest")],
+                             label_col=["digit", "means"])
+    spark_net.fit(train_df, epochs=2)
+    fit = master.last_fit
+    assert fit["replicas_diverged"] == 0 and fit["replicas_checked"] > 0, fit
+    assert network.score(test_multi) < 0.5 * loss_before
+    result = spark_net.evaluate(test_df)
+    local = network.evaluate(test_multi)
+    assert len(result) == 2
+    np.testing.assert_array_equal(result[0].confusion_matrix(), local[0].confusion_matrix())
+    np.testing.assert_allclose(result[1].mean_squared_error(), local[1].mean_squared_error(), rtol=1e-5)
+    wrong = SparkNetwork(spark_context, network, master, features_col=["top", "bottom"],
+                         label_col=["digit", "means"])
+    with pytest.raises(SparkInputError, match=r"no column\(s\) \['bottom'\] \(features_col="):
+        wrong.fit(train_df)
