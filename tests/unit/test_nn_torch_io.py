@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from psrv.nn import MultiDataSet, TorchNetwork  # noqa: E402
 from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
-from psrv.nn.evaluation import Evaluation, RegressionEvaluation  # noqa: E402
+from psrv.nn.evaluation import Evaluation, RegressionEvaluation, ROCMultiClass  # noqa: E402
 from psrv.nn.torch_io import PerOutput, input_shapes  # noqa: E402
 
 
@@ -133,6 +133,9 @@ def test_fit_on_a_multidataset_learns_and_evaluates_per_output() -> None:
     assert result[1].r_squared() > 0.5
     first = net.evaluate(test, Evaluation(num_classes=4))  # one evaluation object: the first output only
     assert first.accuracy() == pytest.approx(result[0].accuracy())
+    chosen = net.evaluate(test, PerOutput([ROCMultiClass(), RegressionEvaluation()]))  # one per output
+    assert chosen[0].average_auc() > 0.8 and chosen[1].r_squared() == pytest.approx(
+        result[1].r_squared())
     # evaluated in batches or at once: the same counts
     batched = net.evaluate(test, batch_size=50)
     np.testing.assert_array_equal(batched[0].confusion_matrix(), result[0].confusion_matrix())
