@@ -116,10 +116,12 @@ class Layout:
     def inputs(self, features: Any, dtype: np.dtype) -> list[np.ndarray]:
         """One checked array per input; a bare array is accepted for a module of one input."""
         if not self.multi_input:
-            if isinstance(features, list | tuple) and not isinstance(features, np.ndarray):
+            shape = self.input_shapes[0]
+            # a MultiDataSet's list of one batch is that batch; a list of example rows stays a batch
+            if isinstance(features, list | tuple) and features and all(_is_batch(f, shape) for f in features):
                 if len(features) == 1:
                     features = features[0]
-                elif features and all(isinstance(f, np.ndarray) for f in features):
+                else:
                     raise InvalidInputError(
                         f"features: the module takes one input of shape {self.input_shapes[0]}, got a list "
                         f"of {len(features)} arrays (a MultiDataSet of several inputs): give the module's "
@@ -140,7 +142,7 @@ class Layout:
 
     def labels(self, labels: Any, n: int, dtype: np.dtype) -> list[np.ndarray]:
         count = len(self.output_sizes)
-        arrays = _listed(labels, count, "labels", "output") if self.multi_output else [labels]
+        arrays = _listed(labels, count, "labels", "output") if self.multi_output else [_single(labels, n)]
         out = []
         for i, (array, size) in enumerate(zip(arrays, self.output_sizes, strict=True)):
             try:
@@ -153,7 +155,7 @@ class Layout:
 
     def masks(self, mask: Any, n: int, dtype: np.dtype) -> list[np.ndarray | None]:
         if not self.multi_output:
-            return [_inputs.prepare_mask(mask, n, self.output_sizes[0], dtype)]
+            return [_inputs.prepare_mask(_single(mask, n), n, self.output_sizes[0], dtype)]
         if mask is None:
             return [None] * len(self.output_sizes)
         masks = _listed(mask, len(self.output_sizes), "labels masks", "output")
@@ -270,6 +272,25 @@ def evaluate_outputs(network: Any, data: Any, evaluation: Any, batch_size: int) 
         pairs = [layout.for_evaluation(i, y, o) for i, (y, o) in enumerate(zip(ys, outs, strict=True))]
         evaluation.eval([y for y, _ in pairs], [o for _, o in pairs], mask=ms)
     return evaluation
+
+
+def _single(value: Any, n: int) -> Any:
+    """A 1-in 1-out MultiDataSet's list of one labels array (or mask, or None) is that array; anything
+    else (example rows as lists) is left as it is."""
+    if isinstance(value, list | tuple) and len(value) == 1:
+        item = value[0]
+        if item is None or (isinstance(item, np.ndarray) and item.ndim >= 1 and item.shape[0] == n
+                            and (item.ndim == 2 or n > 1)):
+            return item
+    return value
+
+
+def _is_batch(value: Any, shape: tuple[int, ...]) -> bool:
+    """Whether an array is a batch of examples of ``shape``, (n, *shape) or (n, prod(shape))."""
+    if not isinstance(value, np.ndarray):
+        return False
+    flat = len(shape) > 1 and value.ndim == 2 and value.shape[1] == int(np.prod(shape))
+    return value.ndim == len(shape) + 1 or flat
 
 
 def _listed(value: Any, count: int, what: str, item: str) -> list[Any]:

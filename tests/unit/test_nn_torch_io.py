@@ -189,3 +189,19 @@ def test_one_input_several_outputs_and_several_inputs_one_output() -> None:
     assert isinstance(out, np.ndarray) and out.shape == (4, 3)
     with pytest.raises(InvalidInputError, match="the module takes one input"):
         split.output([x, x])
+
+
+def test_a_single_input_single_output_network_takes_a_one_in_one_out_multidataset() -> None:
+    torch.manual_seed(2)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 4))
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(6,), seed=2)
+    other = TorchNetwork.from_bytes(net.to_bytes())
+    data = _data(7)
+    multi = MultiDataSet([data.features[0]], [data.labels[0]])
+    a, _ = net.compute_update(multi.features, multi.labels, [None])
+    b, _ = other.compute_update(data.features[0], data.labels[0])
+    np.testing.assert_array_equal(a, b)
+    net.fit(multi, epochs=1, batch_size=8)
+    rows = data.features[0][:3].tolist()  # example rows as plain lists stay a batch of 3
+    assert net.output(rows).shape == (3, 4)
+    assert net.output([data.features[0][0]]).shape == (1, 4)  # a list of one example row
