@@ -152,3 +152,16 @@ def test_a_dataframe_with_several_feature_column_groups(spark, spark_context, di
                          label_col=["digit", "means"])
     with pytest.raises(SparkInputError, match=r"no column\(s\) \['bottom'\] \(features_col="):
         wrong.fit(train_df)
+
+
+def test_parameter_averaging_from_multidatasets(spark_context, digits) -> None:
+    from psrv.spark import ParameterAveragingTrainingMaster
+
+    train, test = digits
+    network = _network()
+    test_multi = _multi(test)
+    loss_before = network.score(test_multi)
+    master = ParameterAveragingTrainingMaster(batch_size_per_worker=16, averaging_frequency=5,
+                                              rdd_training_approach="export")
+    SparkNetwork(spark_context, network, master).fit(spark_context.parallelize(_batches(train, 50), 2))
+    assert network.score(test_multi) < 0.5 * loss_before
