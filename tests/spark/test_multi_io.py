@@ -139,8 +139,10 @@ def test_a_dataframe_with_several_feature_column_groups(spark, spark_context, di
                                   threshold_algorithm=AdaptiveThreshold(3e-2))
     spark_net = SparkNetwork(spark_context, network, master, features_col=["top", ("b_first", "b_rest")],
                              label_col=["digit", "means"])
-    spark_net.fit(train_df, epochs=2)
+    spark_net.fit(train_df, epochs=2, validation_data=test_df)
     fit = master.last_fit
+    last = spark_net.history[-1].metrics  # validation per output: the first output's, then each output's
+    assert last["val_accuracy"] == last["val_out0_accuracy"] and "val_out1_mse" in last, last
     assert fit["replicas_diverged"] == 0 and fit["replicas_checked"] > 0, fit
     assert network.score(test_multi) < 0.5 * loss_before
     result = spark_net.evaluate(test_df)
