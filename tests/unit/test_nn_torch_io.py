@@ -205,3 +205,14 @@ def test_a_single_input_single_output_network_takes_a_one_in_one_out_multidatase
     rows = data.features[0][:3].tolist()  # example rows as plain lists stay a batch of 3
     assert net.output(rows).shape == (3, 4)
     assert net.output([data.features[0][0]]).shape == (1, 4)  # a list of one example row
+
+
+def test_the_sequential_network_takes_a_one_in_one_out_multidataset_and_names_itself_for_more() -> None:
+    from psrv.nn import Dense, Network, Output
+
+    net = Network([Dense(8), Output(4)], input_shape=(6,), seed=1)
+    data = _data(8)
+    net.fit(MultiDataSet([data.features[0]], [data.labels[0]]), epochs=1, batch_size=8)
+    assert net.iteration == 4
+    with pytest.raises(InvalidInputError, match=r"psrv.nn.Network is sequential"):
+        net.fit(MultiDataSet([data.features[0], data.features[0]], [data.labels[0]]))
