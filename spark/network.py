@@ -223,7 +223,9 @@ class SparkNetwork:
 
     # -- inference ----------------------------------------------------------------------------------
     def feed_forward_with_key(self, pair_rdd: RDD, batch_size: int | None = None) -> RDD:
-        """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example."""
+        """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example; for a
+        TorchNetwork of several inputs the value is a list of one array per input, and of several outputs
+        the prediction is a list of one array per output."""
         return distributed.feed_forward_with_key(self.spark_context, self._payload(), pair_rdd,
                                                  batch_size or self.eval_batch_size)
 
