@@ -35,6 +35,12 @@ def _check_finite(arr: np.ndarray, what: str) -> None:
 
 def prepare_features(features: Any, input_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """(n, *input_shape) array of the network's dtype; (n, prod(input_shape)) is reshaped for images."""
+    if isinstance(features, list) and len(features) > 1 and all(
+            isinstance(f, np.ndarray) and f.ndim == len(input_shape) + 1 for f in features):
+        raise InvalidInputError(
+            f"features: expected one batch of shape (n, {', '.join(map(str, input_shape))}), got a list of "
+            f"{len(features)} batches (a MultiDataSet of several inputs): this network takes one input "
+            "(psrv.nn.Network is sequential); use a TorchNetwork with input_shape=[shape, shape, ...]")
     x = _as_array(features, "features")
     flat = int(np.prod(input_shape))
     expected = f"(n, {', '.join(map(str, input_shape))})"
@@ -127,6 +133,9 @@ def minibatches(
     """Minibatches of one data set (sliced, shuffled when rng is given) or each item of an iterable."""
     if is_single(data):
         x, y, m = unpack(data)
+        if isinstance(x, list) and hasattr(data, "subset"):  # a MultiDataSet: its arrays sliced together
+            yield from _multi_minibatches(data, batch_size, rng)
+            return
         n = len(x)
         if n == 0:
             raise InvalidInputError("data set: expected at least one example, got an empty data set")
@@ -142,6 +151,17 @@ def minibatches(
         raise InvalidInputError(f"expected a DataSet or an iterable of DataSets, got {type(data).__name__}")
     for item in data:
         yield unpack(item)
+
+
+def _multi_minibatches(data: Any, batch_size: int, rng: np.random.Generator | None) -> Iterator[tuple]:
+    n = int(data.num_examples)
+    if n == 0:
+        raise InvalidInputError("data set: expected at least one example, got an empty data set")
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    single = len(data.features) == 1 and len(data.labels) == 1  # 1-in 1-out: the plain arrays
+    for start in range(0, n, batch_size):
+        x, y, m = unpack(data.subset(order[start : start + batch_size]))
+        yield (x[0], y[0], None if m is None else m[0]) if single else (x, y, m)
 
 
 def check_counter(value: Any, what: str) -> int:

@@ -243,13 +243,15 @@ class MultiDataSetLoader(Protocol):
 
 class FileDataSetLoader:
     """Reads the psrv file form (``DataSet.save``): any path or URI the storage layer reaches; in a
-    Spark task it is handed a stream opened there (``load_stream``)."""
+    Spark task it is handed a stream opened there (``load_stream``). A file holding a MultiDataSet of
+    several inputs or outputs (what psrv.spark exports for a TorchNetwork of several) comes back as it is;
+    one of a single input and output as a DataSet."""
 
-    def load(self, path: str) -> DataSet:
-        return DataSet.load(path)
+    def load(self, path: str) -> DataSet | MultiDataSet:
+        return _minibatch(read_data_bytes(read_file_bytes(path), os.fspath(path)), os.fspath(path))
 
-    def load_stream(self, stream: Any, path: str) -> DataSet:
-        return DataSet.from_bytes(stream.read(), path)
+    def load_stream(self, stream: Any, path: str) -> DataSet | MultiDataSet:
+        return _minibatch(read_data_bytes(stream.read(), path), path)
 
     def __repr__(self) -> str:
         return "FileDataSetLoader()"
@@ -266,6 +268,12 @@ class FileMultiDataSetLoader:
 
     def __repr__(self) -> str:
         return "FileMultiDataSetLoader()"
+
+
+def _minibatch(data: DataSet | MultiDataSet, source: str) -> DataSet | MultiDataSet:
+    if isinstance(data, MultiDataSet) and (data.num_feature_arrays != 1 or data.num_label_arrays != 1):
+        return data
+    return _as_dataset(data, source)
 
 
 def _as_dataset(data: DataSet | MultiDataSet, source: str) -> DataSet:

@@ -80,6 +80,12 @@ class MultiDataSet(ExampleRows):
     def num_label_arrays(self) -> int:
         return len(self.labels)
 
+    @property
+    def labels_mask(self) -> list[np.ndarray | None] | None:
+        """The labels masks as a network's ``compute_update(features, labels, mask)`` takes them (what a
+        DataSet's ``labels_mask`` is for one output): one per output, or None when no output has one."""
+        return None if all(m is None for m in self.labels_masks) else list(self.labels_masks)
+
     def __repr__(self) -> str:
         return (
             f"MultiDataSet(features={[f.shape for f in self.features]}, "

@@ -39,12 +39,13 @@ from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
 from psrv.nn.eval_classification import Evaluation
 from psrv.nn.normalizers import normalizer_from_state
+from psrv.nn.torch_device import _place, _saved_device, resolve_device
+from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes
 
 log = logging.getLogger(__name__)
 
 FORMAT = "psrv.nn.TorchNetwork"
 FORMAT_VERSION = 1
-_OUTPUT_ACTIVATIONS = (None, "softmax", "sigmoid")
 
 
 def _torch():
@@ -64,6 +65,11 @@ class TorchNetwork(_inputs.TrainingCounters):
     ``targets`` says what the loss takes: "onehot" float rows (default; CrossEntropyLoss accepts class
     probabilities) or "index" class indices (NLLLoss).
 
+    Several inputs or outputs (psrv.nn.torch_io): ``input_shape`` a list of shapes, one per parameter of
+    ``forward``; ``forward`` returning a tuple/list of (n, k_i) tensors; ``loss``, ``output_activation`` and
+    ``targets`` one for all outputs or a sequence, one per output. Features and labels are then lists of
+    arrays (a MultiDataSet's), ``output`` returns a list of arrays and ``evaluate`` one result per output.
+
     ``device``: None keeps the module where it is (its parameters must all be on one device, float32 or
     float64: that dtype is kept); "cpu", "cuda", "cuda:1" move the module there on purpose; "auto" picks
     the current CUDA device when CUDA is available, else the CPU, and logs which.
@@ -73,10 +79,10 @@ class TorchNetwork(_inputs.TrainingCounters):
         self,
         module: Any,
         loss: Any,
-        input_shape: Sequence[int] | int,
+        input_shape: Sequence[int] | Sequence[Sequence[int]] | int,
         optimizer: Any = None,
-        output_activation: str | None = "softmax",
-        targets: str = "onehot",
+        output_activation: str | None | Sequence[str | None] = "softmax",
+        targets: str | Sequence[str] = "onehot",
         seed: int | None = None,
         device: Any = None,
     ) -> None:
@@ -84,15 +90,9 @@ class TorchNetwork(_inputs.TrainingCounters):
         if seed is not None:
             torch.manual_seed(int(seed))
         self.seed = int(seed) if seed is not None else 0  # shuffling in fit and in the Spark pipelines
-        if isinstance(input_shape, int | np.integer):
-            input_shape = (int(input_shape),)
-        self.input_shape = tuple(int(s) for s in input_shape)
-        if output_activation not in _OUTPUT_ACTIVATIONS:
-            raise ConfigError(
-                f"output_activation must be one of {_OUTPUT_ACTIVATIONS}, got {output_activation!r}"
-            )
-        if targets not in ("onehot", "index"):
-            raise ConfigError(f"targets must be 'onehot' or 'index', got {targets!r}")
+        shapes, multi_input = input_shapes(input_shape)
+        # one input: a tuple of ints, as always; several: a tuple of such shapes (saved as given)
+        self.input_shape: tuple[Any, ...] = shapes if multi_input else shapes[0]
         self.device, torch_dtype = _place(module, device)
         self.module = module
         self.loss_fn = loss
@@ -119,11 +119,11 @@ class TorchNetwork(_inputs.TrainingCounters):
         with torch.no_grad():
             was_training = module.training
             module.eval()
-            probe = module(torch.zeros((1, *self.input_shape), dtype=torch_dtype, device=self.device))
+            probe = module(*(torch.zeros((1, *shape), dtype=torch_dtype, device=self.device)
+                             for shape in shapes))
             module.train(was_training)
-        if probe.ndim != 2:
-            raise ConfigError(f"the module must output (n, k) rows, got shape {tuple(probe.shape)}")
-        self.num_outputs = int(probe.shape[1])
+        self.layout = Layout.build(shapes, multi_input, probe, loss, output_activation, targets)
+        self.num_outputs = self.layout.output_sizes[0]  # columns of the (first) output
         self._iteration = 0
         self._epoch = 0
         self.normalizer: Any = None
@@ -307,32 +307,29 @@ class TorchNetwork(_inputs.TrainingCounters):
 
     # --- training ---------------------------------------------------------------------------------
 
-    def _prepare(self, features: Any, labels: Any, mask: Any):
-        x = _inputs.prepare_features(features, self.input_shape, self.dtype)
-        y = _inputs.prepare_labels(labels, x.shape[0], self.num_outputs, self.dtype, False, True)
-        m = _inputs.prepare_mask(mask, x.shape[0], self.num_outputs, self.dtype)
-        return x, y, m
+    @property
+    def multi_input(self) -> bool:
+        """True when ``forward`` takes several tensors (features are then a list of arrays)."""
+        return self.layout.multi_input
 
-    def _loss(self, out: Any, y: np.ndarray, mask: np.ndarray | None) -> Any:
-        target = self._tensor(y)
-        if self.targets == "index":
-            target = target.argmax(dim=1)
-        if mask is None:
-            return self.loss_fn(out, target)
-        reduction = getattr(self.loss_fn, "reduction", None)
-        if reduction is None:
-            raise ConfigError("masks need a torch loss module with a 'reduction' attribute")
-        self.loss_fn.reduction = "none"
-        try:
-            per = self.loss_fn(out, target)
-        finally:
-            self.loss_fn.reduction = reduction
-        weights = self._tensor(mask)
-        if per.ndim == 1 and weights.ndim == 2:
-            raise InvalidInputError("mask: this loss gives one value per example; expected shape (n,)")
-        if per.ndim == 2 and weights.ndim == 1:
-            weights = weights[:, None]
-        return (per * weights).sum() / per.numel()
+    @property
+    def multi_output(self) -> bool:
+        """True when ``forward`` returns several tensors (labels, masks, outputs are then lists)."""
+        return self.layout.multi_output
+
+    @property
+    def output_sizes(self) -> tuple[int, ...]:
+        return self.layout.output_sizes
+
+    def _prepare(self, features: Any, labels: Any, mask: Any):
+        """(inputs, labels, masks) as lists of checked host arrays (one item each without several)."""
+        xs = self.layout.inputs(features, self.dtype)
+        n = xs[0].shape[0]
+        return xs, self.layout.labels(labels, n, self.dtype), self.layout.masks(mask, n, self.dtype)
+
+    def _loss(self, outs: Any, ys: list[np.ndarray], masks: list[np.ndarray | None]) -> Any:
+        return self.layout.total_loss(self.layout.outputs(outs), [self._tensor(y) for y in ys],
+                                      [None if m is None else self._tensor(m) for m in masks])
 
     def _tensor(self, array: np.ndarray) -> Any:
         """A host batch as a tensor on the network's device (the only per-step host-to-device copy)."""
@@ -350,10 +347,10 @@ class TorchNetwork(_inputs.TrainingCounters):
             if self._step_params[i].grad is not p.grad:
                 self._step_params[i].grad = p.grad
 
-    def _gradient(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None) -> float:
+    def _gradient(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any]) -> float:
         self._flat_grad.zero_()
         self.module.train()
-        loss = self._loss(self.module(self._tensor(x)), y, mask)
+        loss = self._loss(self.module(*(self._tensor(x) for x in xs)), ys, masks)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NonFiniteLossError(f"loss is {value} at iteration {self._iteration}: training diverged")
@@ -400,45 +397,58 @@ class TorchNetwork(_inputs.TrainingCounters):
 
     # --- inference --------------------------------------------------------------------------------
 
-    def _raw_output(self, x: np.ndarray) -> Any:
+    def _raw_output(self, xs: list[np.ndarray]) -> Any:
         torch = _torch()
         self.module.eval()
         try:
             with torch.no_grad():
-                return self.module(self._tensor(x))
+                return self.module(*(self._tensor(x) for x in xs))
         finally:
             self.module.train()
 
-    def output(self, features: Any) -> np.ndarray:
-        torch = _torch()
-        out = self._raw_output(_inputs.prepare_features(features, self.input_shape, self.dtype))
-        if self.output_activation == "softmax":
-            out = torch.softmax(out, dim=1)
-        elif self.output_activation == "sigmoid":
-            out = torch.sigmoid(out)
-        return out.cpu().numpy()
+    def _outputs(self, xs: list[np.ndarray]) -> list[np.ndarray]:
+        outs = self.layout.activate(self.layout.outputs(self._raw_output(xs)))
+        return [out.cpu().numpy() for out in outs]
 
-    def predict(self, features: Any) -> np.ndarray:
-        out = self.output(features)
-        if out.shape[1] == 1 and self.output_activation == "sigmoid":
-            return (out[:, 0] >= 0.5).astype(np.int64)
-        return out.argmax(axis=1)
+    def output(self, features: Any) -> Any:
+        """The outputs (activated) as an array, or a list of arrays for a module of several outputs."""
+        outs = self._outputs(self.layout.inputs(features, self.dtype))
+        return outs if self.multi_output else outs[0]
+
+    def predict(self, features: Any) -> Any:
+        """Class indices per output (a list for a module of several outputs)."""
+        outs = self.output(features)
+        preds = []
+        listed = outs if self.multi_output else [outs]
+        for out, activation in zip(listed, self.layout.activations, strict=True):
+            if out.shape[1] == 1 and activation == "sigmoid":
+                preds.append((out[:, 0] >= 0.5).astype(np.int64))
+            else:
+                preds.append(out.argmax(axis=1))
+        return preds if self.multi_output else preds[0]
 
     def score(self, data: Any, batch_size: int = 4096) -> float:
+        """Mean loss per example (the sum of the outputs' losses for a module of several outputs)."""
         total, count = 0.0, 0
         for features, labels, mask in _inputs.minibatches(data, batch_size, None):
-            x, y, m = self._prepare(features, labels, mask)
-            total += float(self._loss(self._raw_output(x), y, m)) * x.shape[0]
-            count += x.shape[0]
+            xs, ys, ms = self._prepare(features, labels, mask)
+            total += float(self._loss(self._raw_output(xs), ys, ms)) * xs[0].shape[0]
+            count += xs[0].shape[0]
         if count == 0:
             raise InvalidInputError("score: expected at least one example, got none")
         return total / count
 
     def evaluate(self, data: Any, evaluation: Any = None, batch_size: int = 4096) -> Any:
+        """Classification metrics (or ``evaluation``'s). A module of several outputs is evaluated per
+        output: a PerOutput (or a list of evaluations, one per output; default: classification for
+        softmax/sigmoid outputs, regression otherwise) is returned; one evaluation object evaluates the
+        first output only."""
+        if self.multi_output:
+            return evaluate_outputs(self, data, evaluation, batch_size)
         evaluation = evaluation if evaluation is not None else Evaluation(num_classes=self.num_outputs)
         for features, labels, mask in _inputs.minibatches(data, batch_size, None):
-            x, y, m = self._prepare(features, labels, mask)
-            evaluation.eval(y, self.output(x), mask=m)
+            xs, ys, ms = self._prepare(features, labels, mask)
+            evaluation.eval(ys[0], self._outputs(xs)[0], mask=ms[0])
         return evaluation
 
     # --- copies and files ---------------------------------------------------------------------------
@@ -451,7 +461,8 @@ class TorchNetwork(_inputs.TrainingCounters):
             "module": repr(self.module),
             "loss": repr(self.loss_fn),
             "optimizer": type(self.optimizer).__name__,
-            "input_shape": list(self.input_shape),
+            "input_shape": [list(s) for s in self.input_shape] if self.multi_input
+            else list(self.input_shape),
             "output_activation": self.output_activation,
             "targets": self.targets,
         }
@@ -530,70 +541,6 @@ class TorchNetwork(_inputs.TrainingCounters):
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         # pickling goes through the file form, so the copy re-binds its own flat buffer
         return (TorchNetwork.from_bytes, (self.to_bytes(),))
-
-
-def resolve_device(spec: Any) -> Any:
-    """A torch.device for "cpu", "cuda", "cuda:1", "auto" or a torch.device; a clear ConfigError for a
-    device that does not exist here. "auto": the current CUDA device when CUDA is available, else the CPU.
-    """
-    torch = _torch()
-    if isinstance(spec, str) and spec.strip().lower() == "auto":
-        chosen = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
-            else torch.device("cpu")
-        log.info("device='auto': using %s", chosen)
-        return chosen
-    try:
-        device = spec if isinstance(spec, torch.device) else torch.device(spec)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device: expected 'cpu', 'cuda', 'cuda:<index>' or 'auto', got {spec!r}") from exc
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {spec!r}: CUDA is not available here (torch.cuda.is_available() is "
-                              "False); use device='auto' (CUDA when present, else CPU) or 'cpu'")
-        index = torch.cuda.current_device() if device.index is None else device.index
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"device {spec!r}: this host has {torch.cuda.device_count()} CUDA devices")
-        return torch.device("cuda", index)
-    if device.type != "cpu":
-        log.warning("device %s is neither CPU nor CUDA: psrv has not been tested there", device)
-    return device
-
-
-def _place(module: Any, device: Any) -> tuple[Any, Any]:
-    """(device, parameter dtype) of a module, moved to ``device`` when one is asked for (never otherwise)."""
-    torch = _torch()
-    tensors = [*module.parameters(), *module.buffers()]
-    if device is None:
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise ConfigError(
-                f"the module's tensors are on several devices {sorted(map(str, devices))}; TorchNetwork "
-                "trains on one: pass device='cuda:0' (or 'cpu') to move it there")
-        target = devices.pop() if devices else torch.device("cpu")
-    else:
-        target = resolve_device(device)
-        module.to(target)
-    dtypes = {p.dtype for p in module.parameters() if p.requires_grad}
-    if len(dtypes) > 1:
-        raise ConfigError(f"the module's trainable parameters mix dtypes {sorted(map(str, dtypes))}; "
-                          "TorchNetwork keeps one flat vector: make them all float32 (or float64)")
-    dtype = dtypes.pop() if dtypes else torch.float32
-    if dtype not in (torch.float32, torch.float64):
-        raise ConfigError(
-            f"the module's parameters are {dtype}; TorchNetwork trains float32 or float64 parameters (the "
-            "update and the wire are float32): keep the parameters float32 and use torch.autocast inside "
-            "forward for mixed precision")
-    return target, dtype
-
-
-def _saved_device(saved: str, source: str) -> Any:
-    torch = _torch()
-    device = torch.device(saved)
-    if device.type == "cuda" and not (torch.cuda.is_available()
-                                      and (device.index or 0) < torch.cuda.device_count()):
-        log.warning("%s: saved from %s, which this host does not have; loading on the CPU", source, saved)
-        return torch.device("cpu")
-    return device
 
 
 def _is_tensor(value: Any) -> bool:

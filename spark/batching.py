@@ -41,9 +41,22 @@ def as_dataset(item: object) -> DataSet:
     )
 
 
-def rebatch(items: Iterable[object], batch_size: int) -> Iterator[DataSet]:
-    """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
-    yield from batches_of((as_dataset(item) for item in items), batch_size)
+def as_batch(item: object) -> DataSet | MultiDataSet:
+    """An RDD element as a minibatch: a DataSet (a 1-in 1-out MultiDataSet converted), or a MultiDataSet
+    of several inputs or outputs as it is (what a TorchNetwork of several inputs/outputs trains on)."""
+    if isinstance(item, MultiDataSet) and item.num_feature_arrays == 1 and item.num_label_arrays == 1:
+        return item.to_dataset()
+    if isinstance(item, DataSet | MultiDataSet):
+        return item
+    raise SparkInputError(
+        f"expected RDD elements of type DataSet or MultiDataSet, got {type(item).__name__}"
+    )
+
+
+def rebatch(items: Iterable[object], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
+    """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order; MultiDataSets
+    of several inputs or outputs stay MultiDataSets."""
+    yield from batches_of((as_batch(item) for item in items), batch_size)
 
 
 def batches_of(items: Iterable[Any], batch_size: int) -> Iterator[Any]:

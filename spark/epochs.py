@@ -81,6 +81,15 @@ class EarlyStopping:
 def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:
     """What the driver's network scores on ``validation_data`` (evaluated on the executors)."""
     result = spark_network.evaluate(validation_data)
+    if isinstance(result, list):  # a network of several outputs: the first output's, then each output's
+        metrics = _result_metrics(result[0])
+        for i, each in enumerate(result):
+            metrics.update({f"val_out{i}_{k[4:]}": v for k, v in _result_metrics(each).items()})
+        return metrics
+    return _result_metrics(result)
+
+
+def _result_metrics(result: Any) -> dict[str, float]:
     if hasattr(result, "accuracy"):
         return {"val_accuracy": float(result.accuracy()), "val_precision": float(result.precision()),
                 "val_recall": float(result.recall()), "val_f1": float(result.f1())}

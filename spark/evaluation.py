@@ -143,7 +143,32 @@ def masked_output(network: Any, features: np.ndarray, mask: np.ndarray | None) -
     return output * mask.reshape(mask.shape + (1,) * (output.ndim - mask.ndim)).astype(output.dtype)
 
 
+def _feed_forward_several(network: Any, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """A network of several inputs (values: a list of one array per input) or outputs (predictions: a
+    list of one array per output); no masks."""
+    count = len(network.input_shape) if network.multi_input else 1
+    keys: list[Any] = []
+    columns: list[list[np.ndarray]] = [[] for _ in range(count)]
+    for key, value in chunk:
+        parts = list(value) if network.multi_input and isinstance(value, list | tuple) else [value]
+        if len(parts) != count or (not network.multi_input and isinstance(value, tuple)):
+            raise SparkInputError(
+                f"feed_forward_with_key: this network takes {count} input(s): expected values "
+                f"{'a list of one array per input' if count > 1 else 'features (no mask)'}, got "
+                f"{type(value).__name__}{f' of {len(value)}' if isinstance(value, list | tuple) else ''}")
+        keys.append(key)
+        for i, part in enumerate(parts):
+            columns[i].append(np.asarray(part))
+    outs = network.output([np.stack(c) for c in columns] if network.multi_input else np.stack(columns[0]))
+    outs = outs if network.multi_output else [outs]
+    for j, key in enumerate(keys):
+        yield key, [out[j] for out in outs] if network.multi_output else outs[0][j]
+
+
 def _feed_forward_batch(network: Any, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any, np.ndarray]]:
+    if getattr(network, "multi_input", False) or getattr(network, "multi_output", False):
+        yield from _feed_forward_several(network, chunk)
+        return
     keys, features, masks = [], [], []
     for key, value in chunk:
         x, m = _split_value(value)
@@ -198,6 +223,23 @@ def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, 
             yield from _feed_forward_batch(network, chunk)
 
     return pair_rdd.mapPartitions(infer, preservesPartitioning=True)
+
+
+def outputs_of(spark_context: SparkContext, payload: NetworkPayload, rdd: RDD) -> RDD:
+    """The network's output on each element's features (an RDD of DataSets or MultiDataSets, in order):
+    an array, or a list of arrays (one per output) for a network of several outputs. Lazy."""
+    from psrv.spark.batching import as_batch
+
+    broadcast = spark_context.broadcast(payload)
+
+    def infer(items: Iterator[Any]) -> Iterator[Any]:
+        network = None
+        for item in items:
+            batch = as_batch(item)
+            network = network or broadcast.value.cached_network()
+            yield network.output(batch.features)
+
+    return rdd.mapPartitions(infer, preservesPartitioning=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from psrv.spark import preflight, shipping
 from psrv.spark.batching import check_batch_size
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.inputs import classes_of, dataframe_to_datasets, is_dataframe
+from psrv.spark.inputs_multi import dataframe_to_multidatasets, is_multi_columns
 from psrv.spark.job_errors import worker_errors
 from psrv.spark.metrics import watching
 from psrv.spark.partitioning import needs_repartition
@@ -38,11 +39,16 @@ class SparkNetwork:
     (the user's code can be shipped, the columns exist, a sample fits the network, a minibatch is not
     larger than each worker's data); ``check_data=False`` skips the one light pass over the data the
     last two need.
+
+    A TorchNetwork of several inputs or outputs trains on RDDs of MultiDataSets, or on a DataFrame with
+    ``features_col`` one entry per input (a column, or a tuple of numeric columns concatenated) and
+    ``label_col`` one column per output (psrv.spark.inputs_multi).
     """
 
     def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
-                 eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE, features_col: str = "features",
-                 label_col: str = "label", check_data: bool = True) -> None:
+                 eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+                 features_col: str | Sequence[Any] = "features", label_col: str | Sequence[str] = "label",
+                 check_data: bool = True) -> None:
         if hasattr(spark_context, "sparkContext") and not hasattr(spark_context, "parallelize"):
             spark_context = spark_context.sparkContext  # a SparkSession was given
         if spark_context is None or not hasattr(spark_context, "parallelize"):
@@ -65,6 +71,8 @@ class SparkNetwork:
     # -- data ---------------------------------------------------------------------------------------
     def _as_rdd(self, data: Any) -> RDD:
         if is_dataframe(data):
+            if is_multi_columns(self.features_col, self.label_col):  # several column groups: MultiDataSets
+                return dataframe_to_multidatasets(data, self.network, self.features_col, self.label_col)
             preflight.check_columns(data.columns, self.features_col, self.label_col)
             return dataframe_to_datasets(data, features_col=self.features_col, label_col=self.label_col,
                                          num_classes=classes_of(self.network))
@@ -177,6 +185,8 @@ class SparkNetwork:
         classification (a single sigmoid output counts as two classes)."""
         from psrv.nn.evaluation import Evaluation, RegressionEvaluation
 
+        if getattr(self.network, "multi_output", False):  # one evaluation per output (psrv.nn.torch_io)
+            return self.network.layout.default_evaluations()
         loss = getattr(getattr(getattr(self.network, "output_layer", None), "loss", None), "name", None)
         if loss == "mse":
             return RegressionEvaluation()
@@ -185,7 +195,8 @@ class SparkNetwork:
 
     def evaluate(self, data: Any, batch_size: int | None = None) -> Any:
         """Classification metrics (accuracy, precision, recall, F1, confusion matrix); regression
-        metrics for a network with an MSE output, as ``Network.evaluate`` does locally."""
+        metrics for a network with an MSE output, as ``Network.evaluate`` does locally. A TorchNetwork of
+        several outputs gives a list (psrv.nn.torch_io.PerOutput): one result per output."""
         return self.do_evaluation(data, batch_size, [self._classification()])[0]
 
     def evaluate_paths(self, paths_rdd: RDD, loader: Any | None = None, batch_size: int | None = None) -> Any:
@@ -212,9 +223,19 @@ class SparkNetwork:
 
     # -- inference ----------------------------------------------------------------------------------
     def feed_forward_with_key(self, pair_rdd: RDD, batch_size: int | None = None) -> RDD:
-        """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example."""
+        """``(key, prediction)`` per ``(key, features)`` / ``(key, (features, mask))`` of one example; for a
+        TorchNetwork of several inputs the value is a list of one array per input, and of several outputs
+        the prediction is a list of one array per output."""
         return distributed.feed_forward_with_key(self.spark_context, self._payload(), pair_rdd,
                                                  batch_size or self.eval_batch_size)
+
+    def output(self, data: Any) -> RDD:
+        """The network's output on each element of an RDD of DataSets or MultiDataSets (in order): an
+        array, or a list of arrays (one per output) for a network of several outputs. Lazy."""
+        if not hasattr(data, "mapPartitions"):
+            raise SparkInputError(
+                f"output: expected an RDD of DataSets or MultiDataSets, got {type(data).__name__}")
+        return distributed.outputs_of(self.spark_context, self._payload(), data)
 
     # -- results on disk ----------------------------------------------------------------------------
     def save_evaluations(self, evaluations: Any, path: str) -> None:

@@ -59,12 +59,12 @@ class DataProfile:
 
 
 def _profile_partition(items: Iterator[Any]) -> Iterator[tuple[list[int], Any]]:
-    from psrv.spark.batching import as_dataset
+    from psrv.spark.batching import as_batch
 
     sizes: list[int] = []
     sample = None
     for item in items:
-        dataset = as_dataset(item)
+        dataset = as_batch(item)
         sizes.append(int(dataset.num_examples))
         if sample is None and dataset.num_examples:
             sample = dataset.subset(slice(0, min(SAMPLE_ROWS, dataset.num_examples)))
@@ -100,6 +100,12 @@ def check_sample(network: Any, sample: Any, label_col: str | None = None) -> Non
     """The sample's features and labels fit the network (``input_shape`` named when they do not)."""
     if sample is None:
         return
+    from psrv.nn.multidataset import MultiDataSet
+
+    if isinstance(sample, MultiDataSet) or getattr(network, "multi_input", False) \
+            or getattr(network, "multi_output", False):
+        check_multi_sample(network, sample)
+        return
     input_shape = tuple(getattr(network, "input_shape", ()) or ())
     features = _per_example_shape(sample.features)
     if input_shape and features != input_shape and int(np.prod(features)) != int(np.prod(input_shape)):
@@ -127,4 +133,41 @@ def check_sample(network: Any, sample: Any, label_col: str | None = None) -> Non
         )
 
 
-__all__ = ["DataProfile", "check_batch_fits", "check_columns", "check_sample", "profile"]
+def check_multi_sample(network: Any, sample: Any) -> None:
+    """A sample of MultiDataSets (or DataSets) against a network of several inputs/outputs: as many
+    feature and label arrays as the module takes and gives, each of the right shape, and one forward pass."""
+    features = sample.features if isinstance(sample.features, list) else [sample.features]
+    labels = sample.labels if isinstance(sample.labels, list) else [sample.labels]
+    shapes = tuple(getattr(network, "input_shape", ()) or ())
+    if not getattr(network, "multi_input", False):
+        shapes = (shapes,)
+    sizes = tuple(getattr(network, "output_sizes", ()) or (getattr(network, "num_outputs", None),))
+    if len(features) != len(shapes) or len(labels) != len(sizes):
+        kind = type(network).__name__
+        hint = (" (psrv.nn.Network is sequential: one input, one output; use psrv.nn.TorchNetwork with an "
+                "nn.Module whose forward takes one tensor per input and returns a tuple)"
+                if kind == "Network" else "; input_shape takes one shape per input, e.g. [(8,), (4,)]")
+        raise SparkInputError(
+            f"the data has {len(features)} feature and {len(labels)} label arrays per minibatch, but the "
+            f"network ({kind}) takes {len(shapes)} input(s) and gives {len(sizes)} output(s){hint}")
+    for i, (array, shape) in enumerate(zip(features, shapes, strict=True)):
+        got = _per_example_shape(array)
+        if got != tuple(shape) and int(np.prod(got)) != int(np.prod(shape)):
+            raise SparkInputError(f"the data's features[{i}] have shape {got} per example but the network's "
+                                  f"input_shape[{i}] is {tuple(shape)}: fix input_shape or the data")
+    for i, (array, size) in enumerate(zip(labels, sizes, strict=True)):
+        got = _per_example_shape(array)
+        if size is not None and got and int(np.prod(got)) != int(size):
+            raise SparkInputError(f"the data's labels[{i}] have shape {got} per example but output {i} of "
+                                  f"the network has {size} columns")
+    try:
+        network.output(features if len(features) > 1 else features[0])
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, named with input_shape
+        first = (str(exc).strip().splitlines() or [repr(exc)])[0][:300]
+        raise SparkInputError(
+            f"the network cannot run on a sample of the data (network input_shape={shapes}): "
+            f"{type(exc).__name__}: {first}; check input_shape against the data and the module") from exc
+
+
+__all__ = ["DataProfile", "check_batch_fits", "check_columns", "check_multi_sample", "check_sample",
+           "profile"]

@@ -13,7 +13,7 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
-from psrv.spark.batching import as_dataset
+from psrv.spark.batching import as_batch
 from psrv.spark.payload import NetworkPayload, takes_device
 
 _training_networks: dict[str, Any] = {}
@@ -148,14 +148,15 @@ def task_source(items: Iterable[Any], loader: Any | None) -> Iterator[Any] | Non
 
 
 def timed_batches(batches: Iterable[Any], events: EventLog) -> Iterator[tuple[Any, float]]:
-    """Each minibatch as a DataSet with the time its step starts; the wait for it is a "wait" event."""
+    """Each minibatch (a DataSet, or a MultiDataSet of several inputs/outputs) with the time its step
+    starts; the wait for it is a "wait" event."""
     iterator = iter(batches)
     while True:
         wait_start = events.now()
         batch = next(iterator, None)
         if batch is None:
             return
-        batch = as_dataset(batch)
+        batch = as_batch(batch)
         step_start = events.now()
         events.add("wait", wait_start, step_start)
         yield batch, step_start
