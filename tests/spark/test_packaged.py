@@ -128,7 +128,9 @@ def test_wheel_in_a_packed_environment_runs_the_readme_example_on_local_cluster(
     venv, archive = packed_environment["venv"], packed_environment["archive"]
     assert not tmp_path.resolve().is_relative_to(ROOT)
     script = tmp_path / "train.py"
-    script.write_text(readme_example() + EPILOGUE)
+    example = readme_example()
+    assert example.endswith("spark.stop()\n")  # the checks below run before the session stops
+    script.write_text(example[:-len("spark.stop()\n")] + EPILOGUE)
     results = tmp_path / "results.json"
     env = _outside_env()
     # as after `source venv/bin/activate` (spark-submit finds its SPARK_HOME through python3 on PATH)
