@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psrv.server.version import __version__, publish
+from psrv import __version__
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.epochs import EarlyStopping
 from psrv.spark.errors import (
@@ -25,8 +25,6 @@ from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
 from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_repartition, repartition_rdd
 from psrv.spark.prefetch import PrefetchingIterator
 from psrv.spark.shared_training import SharedTrainingMaster
-
-publish()  # psrv.__version__ on the namespace package
 
 __all__ = [
     "__version__",

@@ -3,7 +3,10 @@ a missing Java said in one line, files written with the user's umask."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -13,7 +16,7 @@ from psrv.server.cli import build_parser, main
 from psrv.spark.java import java_problem
 
 
-def test_version_from_the_cli_and_the_namespace(capsys) -> None:
+def test_version_from_the_cli_and_the_package(capsys) -> None:
     import psrv
     import psrv.server
 
@@ -26,11 +29,29 @@ def test_version_from_the_cli_and_the_namespace(capsys) -> None:
     assert psrv.__version__ == expected
 
 
-@pytest.mark.parametrize("package", ["encoding", "transport", "server", "nn", "spark"])
+def test_bare_import_psrv_has_the_version_and_stays_light(tmp_path) -> None:
+    """``import psrv`` alone (a fresh interpreter, outside the source tree) gives ``__version__`` from the
+    installed metadata, loads none of the subpackages (no numba, Spark or torch), and the subpackages
+    still import beside it (the top-level package lives in top/, each subpackage in its own folder)."""
+    code = ("import json, sys, psrv; loaded = sorted(m for m in sys.modules if m.startswith('psrv.') "
+            "or m.split('.')[0] in ('numba', 'pyspark', 'torch', 'zmq')); "
+            "import psrv.encoding, psrv.transport, psrv.server, psrv.nn, psrv.spark; "
+            "print(json.dumps([psrv.__version__, psrv.__file__, loaded, psrv.spark.__version__]))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    version, location, loaded, spark_version = json.loads(done.stdout)
+    assert version == metadata.version("psrv") == spark_version
+    assert loaded == []
+    assert Path(location).name == "__init__.py"
+
+
+@pytest.mark.parametrize("package", ["", ".encoding", ".transport", ".server", ".nn", ".spark"])
 def test_every_package_ships_py_typed(package) -> None:
     import importlib
 
-    module = importlib.import_module(f"psrv.{package}")
+    module = importlib.import_module(f"psrv{package}")
     assert (Path(module.__file__).parent / "py.typed").is_file()
 
 
@@ -68,3 +89,38 @@ def test_written_files_get_the_users_umask(tmp_path, mask) -> None:
         os.umask(previous)
     assert path.read_bytes() == b"data"
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_demo_says_in_one_line_that_java_is_missing(tmp_path) -> None:
+    """``psrv demo`` without Java (no JAVA_HOME, no java on PATH) stops with one line before Spark's trace."""
+    psrv_command = Path(sys.executable).with_name("psrv")
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYTHONPATH")}
+    env["PATH"] = str(tmp_path)  # no java here
+    done = subprocess.run([str(psrv_command), "demo", "--epochs", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("psrv demo: Java not found") and "JAVA_HOME" in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr and "JAVA_GATEWAY" not in done.stderr
+    assert not (tmp_path / "psrv-demo-network.psrv").exists()
+
+
+def test_progress_goes_to_stderr_never_stdout(capsys) -> None:
+    from psrv.spark.progress import LiveProgress
+
+    node = {"partition": 0, "epoch": 0, "steps": 3, "examples": 48, "loss": 0.5}
+    progress = LiveProgress(lambda: ([node], {"updates_applied": 2}), log_every_s=0.0)
+    progress.poll()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("psrv fit: ")
+
+
+def test_the_demos_output_is_ignored_by_git() -> None:
+    """What `psrv demo` writes by default (its network file) is listed in .gitignore."""
+    parser = build_parser()
+    demo = parser._subparsers._group_actions[0].choices["demo"]
+    output = demo.get_default("output")
+    ignored = (Path(__file__).resolve().parents[2] / ".gitignore").read_text().splitlines()
+    assert output in ignored
