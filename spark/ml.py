@@ -274,7 +274,7 @@ class TorchModel(Model, MLWritable, MLReadable):
     @classmethod
     def load(cls, path: str) -> TorchModel:
         """A directory ``save`` wrote (also what ``PipelineModel.load`` calls for this stage), or a single
-        model file from before (psrv 0.1's ``TorchModel.save``)."""
+        model file an earlier ``TorchModel.save`` wrote (before the directory layout)."""
         return cls.read().load(path)
 
     def _record(self) -> bytes:

@@ -39,6 +39,7 @@ def test_torch_estimator_pipeline_fit_transform_save_load(spark, tmp_path) -> No
                                    batch_size_per_worker=16, averaging_frequency=2))
     assembler = VectorAssembler(inputCols=COLUMNS, outputCol="features")
     model = Pipeline(stages=[assembler, estimator]).fit(frame)
+    assert estimator.last_input_path == "arrow"  # the assembler's output through mapInArrow, not rows
     rows = model.transform(frame).orderBy("id").collect()
     predictions = np.array([r["prediction"] for r in rows])
     labels = np.array([r["label"] for r in rows])
