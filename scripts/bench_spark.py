@@ -16,7 +16,8 @@ and on a synthetic set (--synthetic-rows x 100 features, generated in the tasks)
   the same data as .psds minibatch files (``evaluate_paths`` / ``fit_paths``);
 - ``NetworkEstimator.fit`` (psrv.spark.ml) from the Parquet DataFrame (its files read in the tasks),
   from a computed DataFrame through ``mapInArrow``, and from that DataFrame through Spark's rows (the
-  baseline: how the estimators read every DataFrame before), with the speed-up against the rows.
+  baseline: how the estimators read every DataFrame before), with the speed-up against the rows;
+  ``TorchModel.transform`` of that DataFrame with the Arrow UDF vs Spark's rows.
 """
 
 from __future__ import annotations
@@ -257,9 +258,11 @@ def _estimator_case(spark, name: str, frame, features: int, batch: int, fits: in
         master = ParameterAveragingTrainingMaster(batch_size_per_worker=batch, averaging_frequency=frequency)
         return NetworkEstimator(network, training_master=master)
 
+    models = []
+
     def fit(data, expected: str) -> float:
         fitted = estimator()
-        seconds = _timed(lambda: fitted.fit(data))
+        seconds = _timed(lambda: models.append(fitted.fit(data)))
         assert fitted.last_input_path == expected, (fitted.last_input_path, expected)
         return seconds
 
@@ -276,9 +279,27 @@ def _estimator_case(spark, name: str, frame, features: int, batch: int, fits: in
     base = times["other DataFrame, Spark's rows (before)"]
     rows = [(f"{name}: NetworkEstimator.fit, {case} [{base / seconds:.2f}x]", seconds, None)
             for case, seconds in times.items()]
+    rows += _transform_case(name, models[-1], other)
     for row in rows:
         print("row:", row, flush=True)
     return rows
+
+
+def _transform_case(name: str, model, frame) -> list:
+    """TorchModel.transform over the computed DataFrame: the scalar Arrow UDF vs Spark's rows (before);
+    the median of 3 passes after one warm-up pass each (a sum over the prediction column forces them)."""
+    from pyspark.sql import functions as F
+
+    def score(use_arrow: bool) -> float:
+        model.use_arrow = use_arrow
+        passes = [_timed(lambda: model.transform(frame).select(F.sum(model.prediction_col)).collect())
+                  for _ in range(4)]
+        assert model.last_transform_path == ("arrow" if use_arrow else "rows")
+        return statistics.median(passes[1:])
+
+    arrow, before = score(True), score(False)
+    return [(f"{name}: TorchModel.transform, Arrow UDF [{before / arrow:.2f}x]", arrow, None),
+            (f"{name}: TorchModel.transform, Spark's rows (before) [1.00x]", before, None)]
 
 
 def _storage_main(args: argparse.Namespace) -> int:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,9 +28,12 @@ from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 FORMAT = "psrv.spark.ml.model"
 FORMAT_VERSION = 1
 _ROWS = 256
+_SCORES = "__psrv_scores"
 
 
 def _values(value: Any, column: str) -> np.ndarray:
@@ -222,6 +228,66 @@ def _predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: bool) 
     return predict
 
 
+@dataclass(frozen=True)
+class _ArrowPredictor:
+    """Task side of the scalar Arrow UDF ``transform`` uses: the feature columns' Arrow arrays of one batch
+    to the network's outputs, column-wise (the network built once per executor process)."""
+
+    broadcast: Any
+    feature_cols: tuple[str, ...]
+    classifier: bool
+
+    def __call__(self, *arrays: Any) -> Any:
+        import pyarrow as pa
+        from psrv.spark.parquet import _vectors
+
+        parts = [_vectors(a, name) for a, name in zip(arrays, self.feature_cols, strict=True)]
+        x = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        network = self.broadcast.value.cached_network()
+        out = np.asarray(network.output(x), dtype=np.float64).reshape(len(x), -1)
+        outputs = out.shape[1]
+
+        def lists(values: np.ndarray) -> Any:
+            offsets = pa.array(np.arange(0, values.size + 1, outputs, dtype=np.int32))
+            return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
+
+        if self.classifier:
+            index = (out[:, 0] >= 0.5) if outputs == 1 else np.argmax(out, axis=1)
+            return pa.StructArray.from_arrays([pa.array(index.astype(np.float64)), lists(out)],
+                                              names=["prediction", "probability"])
+        prediction = pa.array(out[:, 0]) if outputs == 1 else lists(out)
+        return pa.StructArray.from_arrays([prediction], names=["prediction"])
+
+
+def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, classifier: bool) -> Any:
+    """``dataset`` with the prediction (and probability) columns computed by a scalar Arrow UDF (Spark 4.1+
+    with pyarrow and pandas); None where that is not available, and the caller scores Spark's rows."""
+    try:
+        from psrv.spark.parquet import pyarrow_available
+        from pyspark.ml.functions import array_to_vector
+        from pyspark.sql.functions import ArrowUDFType, arrow_udf, col
+
+        if not pyarrow_available():
+            return None
+        outputs = int(model.network.num_outputs)
+        if classifier:
+            schema = "prediction double, probability array<double>"
+        else:
+            schema = "prediction double" if outputs == 1 else "prediction array<double>"
+        with warnings.catch_warnings():  # "type hints preferred": the UDF is a callable object, typed here
+            warnings.simplefilter("ignore", UserWarning)
+            predict = arrow_udf(_ArrowPredictor(broadcast, model.feature_cols, classifier), schema,
+                                ArrowUDFType.SCALAR).asNondeterministic()  # evaluated once, not per field
+        scored = dataset.withColumn(_SCORES, predict(*[col(c) for c in model.feature_cols]))
+    except Exception as exc:  # noqa: BLE001 - an older Spark, no pandas ...: the row path
+        log.info("TorchModel.transform scores Spark's rows, not Arrow batches (%s)", exc)
+        return None
+    scored = scored.withColumn(model.prediction_col, col(f"{_SCORES}.prediction"))
+    if classifier:
+        scored = scored.withColumn(model.probability_col, array_to_vector(col(f"{_SCORES}.probability")))
+    return scored.drop(_SCORES)
+
+
 class TorchModel(Model, MLWritable, MLReadable):
     """A trained psrv network as a ``pyspark.ml`` Transformer (also what ``NetworkEstimator`` returns)."""
 
@@ -232,6 +298,8 @@ class TorchModel(Model, MLWritable, MLReadable):
         self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
         self.prediction_col = prediction_col
         self.probability_col = probability_col
+        self.use_arrow = True  # False scores Spark's rows one by one (what transform did before Arrow)
+        self.last_transform_path = ""  # "arrow" or "rows"
 
     @property
     def is_classifier(self) -> bool:
@@ -254,6 +322,12 @@ class TorchModel(Model, MLWritable, MLReadable):
         else:
             fields.append(StructField(self.prediction_col, ArrayType(DoubleType(), False), False))
         broadcast = session.sparkContext.broadcast(NetworkPayload.from_network(self.network))
+        if self.use_arrow:
+            scored = _arrow_transform(self, dataset, broadcast, classifier)
+            if scored is not None:
+                self.last_transform_path = "arrow"
+                return scored
+        self.last_transform_path = "rows"
         rows = dataset.rdd.mapPartitions(_predictor(broadcast, self.feature_cols, classifier))
         return session.createDataFrame(rows, StructType(fields))
 

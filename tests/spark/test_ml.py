@@ -77,6 +77,14 @@ def test_torch_estimator_pipeline_fit_transform_save_load(spark, tmp_path) -> No
     columns = TorchModel(loaded.network, feature_cols=COLUMNS).transform(frame)  # several numeric columns
     np.testing.assert_array_equal(np.array([r["prediction"] for r in columns.orderBy("id").collect()]),
                                   predictions)
+    assert torch_model.last_transform_path == "arrow" and whole.stages[-1].last_transform_path == "arrow"
+    loaded.use_arrow = False  # Spark's rows one by one: the same scores as the Arrow UDF's
+    by_rows = PipelineModel([assembler, loaded]).transform(frame).orderBy("id").collect()
+    assert loaded.last_transform_path == "rows"
+    assert [r.asDict().keys() for r in by_rows] == [r.asDict().keys() for r in rows]
+    np.testing.assert_array_equal(np.array([r["prediction"] for r in by_rows]), predictions)
+    np.testing.assert_allclose(np.array([r["probability"].toArray() for r in by_rows]), probabilities,
+                               rtol=1e-6)
 
 
 def test_estimator_reads_dataframes_as_arrow_and_trains_like_the_rdd_path(spark, spark_context, tmp_path,
