@@ -13,7 +13,11 @@ and on a synthetic set (--synthetic-rows x 100 features, generated in the tasks)
 - later fits of the same RDD with the export reused vs re-exported every fit (as before reuse:
   ``delete_temp_files()`` before each fit), median seconds per fit after the first;
 - one evaluation pass and one fit over a Parquet DataFrame (Arrow batches read in the tasks) vs
-  the same data as .psds minibatch files (``evaluate_paths`` / ``fit_paths``).
+  the same data as .psds minibatch files (``evaluate_paths`` / ``fit_paths``);
+- ``NetworkEstimator.fit`` (psrv.spark.ml) from the Parquet DataFrame (its files read in the tasks),
+  from a computed DataFrame through ``mapInArrow``, and from that DataFrame through Spark's rows (the
+  baseline: how the estimators read every DataFrame before), with the speed-up against the rows;
+  ``TorchModel.transform`` of that DataFrame with the Arrow UDF vs Spark's rows.
 """
 
 from __future__ import annotations
@@ -234,7 +238,68 @@ def _storage_case(sc, spark, name: str, rdd, features: int, batch: int, fits: in
              (f"{name}: fit, Parquet DataFrame", fit_parquet, None)]
     for row in rows[-4:]:
         print("row:", row, flush=True)
+    rows += _estimator_case(spark, name, frame, features, batch, fits, frequency)
     return rows
+
+
+def _estimator_case(spark, name: str, frame, features: int, batch: int, fits: int, frequency: int) -> list:
+    """NetworkEstimator.fit on the same data three ways: the Parquet DataFrame read from its files in the
+    tasks, a non-Parquet DataFrame (a filter over it) through mapInArrow, and that DataFrame through
+    Spark's rows (what every estimator fit did before the Arrow paths: the baseline)."""
+    from unittest import mock
+
+    from psrv.nn import Adam, Dense, Network, Output
+    from psrv.spark import ParameterAveragingTrainingMaster, parquet
+    from psrv.spark.ml import NetworkEstimator
+
+    def estimator() -> NetworkEstimator:
+        network = Network([Dense(32, "relu"), Output(10)], input_shape=(features,), updater=Adam(1e-3),
+                          seed=1)
+        master = ParameterAveragingTrainingMaster(batch_size_per_worker=batch, averaging_frequency=frequency)
+        return NetworkEstimator(network, training_master=master)
+
+    models = []
+
+    def fit(data, expected: str) -> float:
+        fitted = estimator()
+        seconds = _timed(lambda: models.append(fitted.fit(data)))
+        assert fitted.last_input_path == expected, (fitted.last_input_path, expected)
+        return seconds
+
+    def later_fits(data, expected: str) -> float:
+        """The median of the fits after the first (the first also starts the Python workers' imports:
+        pandas and pyarrow for mapInArrow)."""
+        return statistics.median([fit(data, expected) for _ in range(fits)][1:])
+
+    other = frame.filter("label >= 0")  # not a plain scan: Spark computes it
+    times = {"Parquet DataFrame, Arrow from its files": later_fits(frame, "parquet")}
+    times["other DataFrame, Arrow through mapInArrow"] = later_fits(other, "arrow")
+    with mock.patch.object(parquet, "arrow_datasets", lambda *a, **k: None):
+        times["other DataFrame, Spark's rows (before)"] = later_fits(other, "rows")
+    base = times["other DataFrame, Spark's rows (before)"]
+    rows = [(f"{name}: NetworkEstimator.fit, {case} [{base / seconds:.2f}x]", seconds, None)
+            for case, seconds in times.items()]
+    rows += _transform_case(name, models[-1], other)
+    for row in rows:
+        print("row:", row, flush=True)
+    return rows
+
+
+def _transform_case(name: str, model, frame) -> list:
+    """TorchModel.transform over the computed DataFrame: the scalar Arrow UDF vs Spark's rows (before);
+    the median of 3 passes after one warm-up pass each (a sum over the prediction column forces them)."""
+    from pyspark.sql import functions as F
+
+    def score(use_arrow: bool) -> float:
+        model.use_arrow = use_arrow
+        passes = [_timed(lambda: model.transform(frame).select(F.sum(model.prediction_col)).collect())
+                  for _ in range(4)]
+        assert model.last_transform_path == ("arrow" if use_arrow else "rows")
+        return statistics.median(passes[1:])
+
+    arrow, before = score(True), score(False)
+    return [(f"{name}: TorchModel.transform, Arrow UDF [{before / arrow:.2f}x]", arrow, None),
+            (f"{name}: TorchModel.transform, Spark's rows (before) [1.00x]", before, None)]
 
 
 def _storage_main(args: argparse.Namespace) -> int:

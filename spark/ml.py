@@ -13,20 +13,27 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.spark.batching import chunked
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from pyspark.ml import Estimator, Model
+from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+log = logging.getLogger(__name__)
+
 FORMAT = "psrv.spark.ml.model"
 FORMAT_VERSION = 1
 _ROWS = 256
+_SCORES = "__psrv_scores"
 
 
 def _values(value: Any, column: str) -> np.ndarray:
@@ -64,6 +71,13 @@ def _datasets(feature_cols: tuple[str, ...], label_col: str, num_classes: int | 
     return convert
 
 
+def _row_datasets(frame: DataFrame, feature_cols: tuple[str, ...], label_col: str,
+                  classes: int | None) -> Any:
+    """The fallback without pyarrow: Spark's rows, converted one by one in Python."""
+    convert = _datasets(feature_cols, label_col, classes)
+    return frame.select(*feature_cols, label_col).rdd.mapPartitions(convert)
+
+
 def _check_columns(frame: DataFrame, columns: Sequence[str], option: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
@@ -99,16 +113,32 @@ class _NetworkEstimator(Estimator):
         self.callbacks = tuple(callbacks)
         self.checkpoint_dir = checkpoint_dir
         self.last_history: list[Any] = []
+        self.last_input_path = ""  # how the last fit read its DataFrame: "parquet", "arrow" or "rows"
 
     def _new_network(self) -> Any:
         raise NotImplementedError
 
     def _as_rdd(self, frame: DataFrame, network: Any) -> Any:
+        """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
+        tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
+        from psrv.spark.inputs import _plan_hash
+        from psrv.spark.parquet import ParquetColumns, arrow_datasets, parquet_datasets
+
         _check_columns(frame, self.feature_cols, "feature_cols")
         _check_columns(frame, (self.label_col,), "label_col")
+        if self.label_col in self.feature_cols:
+            raise SparkConfigError(
+                f"label_col {self.label_col!r} is also one of feature_cols {self.feature_cols}")
         classes = int(network.num_outputs) if _is_classifier(network) and network.num_outputs > 1 else None
-        return frame.select(*self.feature_cols, self.label_col).rdd.mapPartitions(
-            _datasets(self.feature_cols, self.label_col, classes))
+        columns = ParquetColumns(self.feature_cols, self.label_col, classes)
+        rdd, path = parquet_datasets(frame, columns, rows=_ROWS), "parquet"
+        if rdd is None:
+            rdd, path = arrow_datasets(frame, columns, rows=_ROWS), "arrow"
+        if rdd is None:
+            rdd, path = _row_datasets(frame, self.feature_cols, self.label_col, classes), "rows"
+        rdd._psrv_source_key = ("ml", _plan_hash(frame), self.feature_cols, self.label_col, classes)
+        self.last_input_path = path
+        return rdd
 
     def _master(self) -> Any:
         if self.training_master is not None:
@@ -198,7 +228,67 @@ def _predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: bool) 
     return predict
 
 
-class TorchModel(Model):
+@dataclass(frozen=True)
+class _ArrowPredictor:
+    """Task side of the scalar Arrow UDF ``transform`` uses: the feature columns' Arrow arrays of one batch
+    to the network's outputs, column-wise (the network built once per executor process)."""
+
+    broadcast: Any
+    feature_cols: tuple[str, ...]
+    classifier: bool
+
+    def __call__(self, *arrays: Any) -> Any:
+        import pyarrow as pa
+        from psrv.spark.parquet import _vectors
+
+        parts = [_vectors(a, name) for a, name in zip(arrays, self.feature_cols, strict=True)]
+        x = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        network = self.broadcast.value.cached_network()
+        out = np.asarray(network.output(x), dtype=np.float64).reshape(len(x), -1)
+        outputs = out.shape[1]
+
+        def lists(values: np.ndarray) -> Any:
+            offsets = pa.array(np.arange(0, values.size + 1, outputs, dtype=np.int32))
+            return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
+
+        if self.classifier:
+            index = (out[:, 0] >= 0.5) if outputs == 1 else np.argmax(out, axis=1)
+            return pa.StructArray.from_arrays([pa.array(index.astype(np.float64)), lists(out)],
+                                              names=["prediction", "probability"])
+        prediction = pa.array(out[:, 0]) if outputs == 1 else lists(out)
+        return pa.StructArray.from_arrays([prediction], names=["prediction"])
+
+
+def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, classifier: bool) -> Any:
+    """``dataset`` with the prediction (and probability) columns computed by a scalar Arrow UDF (Spark 4.1+
+    with pyarrow and pandas); None where that is not available, and the caller scores Spark's rows."""
+    try:
+        from psrv.spark.parquet import pyarrow_available
+        from pyspark.ml.functions import array_to_vector
+        from pyspark.sql.functions import ArrowUDFType, arrow_udf, col
+
+        if not pyarrow_available():
+            return None
+        outputs = int(model.network.num_outputs)
+        if classifier:
+            schema = "prediction double, probability array<double>"
+        else:
+            schema = "prediction double" if outputs == 1 else "prediction array<double>"
+        with warnings.catch_warnings():  # "type hints preferred": the UDF is a callable object, typed here
+            warnings.simplefilter("ignore", UserWarning)
+            predict = arrow_udf(_ArrowPredictor(broadcast, model.feature_cols, classifier), schema,
+                                ArrowUDFType.SCALAR).asNondeterministic()  # evaluated once, not per field
+        scored = dataset.withColumn(_SCORES, predict(*[col(c) for c in model.feature_cols]))
+    except Exception as exc:  # noqa: BLE001 - an older Spark, no pandas ...: the row path
+        log.info("TorchModel.transform scores Spark's rows, not Arrow batches (%s)", exc)
+        return None
+    scored = scored.withColumn(model.prediction_col, col(f"{_SCORES}.prediction"))
+    if classifier:
+        scored = scored.withColumn(model.probability_col, array_to_vector(col(f"{_SCORES}.probability")))
+    return scored.drop(_SCORES)
+
+
+class TorchModel(Model, MLWritable, MLReadable):
     """A trained psrv network as a ``pyspark.ml`` Transformer (also what ``NetworkEstimator`` returns)."""
 
     def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
@@ -208,6 +298,8 @@ class TorchModel(Model):
         self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
         self.prediction_col = prediction_col
         self.probability_col = probability_col
+        self.use_arrow = True  # False scores Spark's rows one by one (what transform did before Arrow)
+        self.last_transform_path = ""  # "arrow" or "rows"
 
     @property
     def is_classifier(self) -> bool:
@@ -230,14 +322,37 @@ class TorchModel(Model):
         else:
             fields.append(StructField(self.prediction_col, ArrayType(DoubleType(), False), False))
         broadcast = session.sparkContext.broadcast(NetworkPayload.from_network(self.network))
+        if self.use_arrow:
+            scored = _arrow_transform(self, dataset, broadcast, classifier)
+            if scored is not None:
+                self.last_transform_path = "arrow"
+                return scored
+        self.last_transform_path = "rows"
         rows = dataset.rdd.mapPartitions(_predictor(broadcast, self.feature_cols, classifier))
         return session.createDataFrame(rows, StructType(fields))
 
-    # -- files --------------------------------------------------------------------------------------
+    # -- files (pyspark.ml's MLWritable / MLReadable, so a PipelineModel holding it saves and loads) ---
+    def write(self) -> _TorchModelWriter:
+        return _TorchModelWriter(self)
+
     def save(self, path: str) -> None:
-        """One file (local path or Hadoop-FS URI): the network in its file form and the column names."""
+        """A Spark ML stage directory (local path or Hadoop-FS URI): Spark's ``metadata/`` (class, uid;
+        what ``PipelineModel.load`` reads to find this class) and ``model.psrv``, the network in its file
+        form with the column names, written through psrv's storage layer."""
+        self.write().save(path)
+
+    @classmethod
+    def read(cls) -> _TorchModelReader:
+        return _TorchModelReader()
+
+    @classmethod
+    def load(cls, path: str) -> TorchModel:
+        """A directory ``save`` wrote (also what ``PipelineModel.load`` calls for this stage), or a single
+        model file an earlier ``TorchModel.save`` wrote (before the directory layout)."""
+        return cls.read().load(path)
+
+    def _record(self) -> bytes:
         import msgpack
-        from psrv.spark import storage
         from psrv.spark.checkpoints import _network_bytes
 
         kind, blob = _network_bytes(self.network)
@@ -245,10 +360,10 @@ class TorchModel(Model):
                 "probability_col": self.probability_col}
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, "network_kind": kind,
                   "network": blob, "meta": json.dumps(meta)}
-        storage.write_bytes(path, msgpack.packb(record, use_bin_type=True))
+        return msgpack.packb(record, use_bin_type=True)
 
     @classmethod
-    def load(cls, path: str) -> TorchModel:
+    def _from_record_file(cls, path: str) -> TorchModel:
         from psrv.spark.checkpoints import network_from_record, read_record
 
         record = read_record(path, FORMAT, "psrv.spark.ml model file")
@@ -256,6 +371,81 @@ class TorchModel(Model):
         meta = json.loads(record["meta"])
         return cls(network, feature_cols=meta["feature_cols"], prediction_col=meta["prediction_col"],
                    probability_col=meta["probability_col"])
+
+
+MODEL_FILE = "model.psrv"
+
+
+class _TorchModelWriter(MLWriter):
+    """``metadata/`` through Spark's DefaultParamsWriter (one JSON line, via the Hadoop FS), the network
+    through psrv's storage layer (atomic where the file system renames atomically)."""
+
+    def __init__(self, instance: TorchModel) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:  # noqa: N802 - pyspark's name
+        from psrv.spark import storage
+        from pyspark.ml.util import DefaultParamsWriter
+
+        path = _qualified(path)
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata={"psrv_format": FORMAT, "psrv_file": MODEL_FILE})
+        context = self.sparkSession.sparkContext
+        if not storage.is_local(path):
+            storage.use_hadoop_configuration(context)
+        storage.write_bytes(storage.join(path, MODEL_FILE), self.instance._record())
+
+
+class _TorchModelReader(MLReader):
+    """Reads what ``_TorchModelWriter`` wrote, through the storage layer only (no Spark job needed, so a
+    model loads for local inference too); keeps the saved uid, as pyspark's readers do."""
+
+    def load(self, path: str) -> TorchModel:
+        from psrv.spark import storage
+
+        path = _qualified(path)
+        if not storage.is_dir(path):
+            return TorchModel._from_record_file(path)
+        metadata = _stage_metadata(path)
+        model = TorchModel._from_record_file(storage.join(path, str(metadata.get("psrv_file", MODEL_FILE))))
+        model._resetUid(metadata["uid"])
+        return model
+
+
+def _qualified(path: str) -> str:
+    """A path without a scheme the way Spark resolves it (against ``fs.defaultFS``, e.g. ``hdfs://nn/...``
+    on a cluster), so Spark's metadata and psrv's model file land side by side; without a running
+    SparkContext, a local path."""
+    from psrv.spark import storage
+
+    text = str(path)
+    if storage.scheme_of(text):
+        return text
+    context = storage._driver_context()
+    if context is None:
+        return storage.absolute(text)
+    jvm = context._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(text)
+    fs = hadoop_path.getFileSystem(context._jsc.hadoopConfiguration())
+    return str(fs.makeQualified(hadoop_path).toString())
+
+
+def _stage_metadata(path: str) -> dict[str, Any]:
+    """Spark ML's ``metadata/part-*`` JSON line of a stage directory, checked to name TorchModel."""
+    from psrv.spark import storage
+
+    metadata_dir = storage.join(path, "metadata")
+    parts = [p for p in storage.list_files(metadata_dir, recursive=False)
+             if storage.basename(p).startswith("part-")] if storage.is_dir(metadata_dir) else []
+    if not parts:
+        raise SparkInputError(f"{path}: not a saved TorchModel (no {metadata_dir}/part-* metadata file)")
+    line = storage.read_bytes(parts[0]).decode("utf-8").strip().splitlines()[0]
+    metadata = json.loads(line)
+    if metadata.get("psrv_format") != FORMAT:
+        raise SparkInputError(
+            f"{path}: a Spark ML stage of class {metadata.get('class')!r}, not a psrv TorchModel")
+    return metadata
 
 
 __all__ = ["NetworkEstimator", "TorchEstimator", "TorchModel"]

@@ -3,7 +3,9 @@
 - A DataFrame that is a plain scan of Parquet files (``spark.read.parquet(...)``, optionally with
   columns selected) is read by the tasks themselves: each task opens its files through the storage
   layer and turns Arrow record batches straight into DataSets, without Spark's row-by-row Python
-  conversion and without exporting psrv files first. Any other DataFrame takes the row path.
+  conversion and without exporting psrv files first. ``SparkNetwork.fit`` sends any other DataFrame
+  down the row path; the Spark ML estimators (psrv.spark.ml) send it through ``mapInArrow``
+  (:func:`arrow_datasets`): Spark hands the task Arrow batches, the task makes DataSets of them.
 - ``batch_and_export(..., file_format="parquet")`` writes each minibatch as one Parquet file
   (columns ``features`` and ``labels``, fixed-size lists of float32 with the shapes in the file's
   metadata); :class:`ParquetDataSetLoader` reads them back.
@@ -14,6 +16,7 @@ Needs pyarrow (``pip install 'psrv[parquet]'``) on the driver and the executors.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +29,8 @@ from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
     from pyspark import RDD
+
+log = logging.getLogger(__name__)
 
 PARQUET_SUFFIX = ".parquet"
 ROWS_PER_DATASET = 1024
@@ -84,9 +89,9 @@ def _vectors(column: Any, name: str) -> np.ndarray:
 def _ml_vectors(column: Any, name: str) -> np.ndarray:
     """Spark ML's VectorUDT as stored in Parquet: struct<type: 0 sparse / 1 dense, size, indices, values>."""
     kinds = column.field("type").to_numpy(zero_copy_only=False)
+    if (kinds == 1).all():  # dense only (VectorAssembler's usual output): the values column as it is
+        return _vectors(column.field("values"), name)
     values = column.field("values").to_pylist()
-    if (kinds == 1).all():
-        return np.asarray(values, dtype=np.float32)
     sizes = column.field("size").to_pylist()
     indices = column.field("indices").to_pylist()
     width = max((int(s) for s, k in zip(sizes, kinds, strict=True) if k == 0), default=0)
@@ -104,14 +109,25 @@ def _ml_vectors(column: Any, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ParquetColumns:
-    """Which columns hold features and labels, and how labels become label vectors."""
+    """Which columns hold features and labels, and how labels become label vectors. ``features_col``
+    may name several columns (numbers, arrays or ML Vectors): their values are concatenated in order."""
 
-    features_col: str = "features"
+    features_col: str | tuple[str, ...] = "features"
     label_col: str = "label"
     num_classes: int | None = None
 
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return (self.features_col,) if isinstance(self.features_col, str) else tuple(self.features_col)
+
+    @property
+    def names(self) -> list[str]:
+        """Every column read, features first (a column may not be both)."""
+        return [*self.feature_names, self.label_col]
+
     def to_dataset(self, table: Any) -> DataSet:
-        features = _vectors(table.column(self.features_col), self.features_col)
+        parts = [_vectors(table.column(name), name) for name in self.feature_names]
+        features = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         labels = _vectors(table.column(self.label_col), self.label_col)
         if self.num_classes is not None:
             if labels.shape[1] != 1:
@@ -143,7 +159,7 @@ class ParquetFileReader:
 
         _pyarrow()
         storage.configure(self.options)
-        wanted = [self.columns.features_col, self.columns.label_col]
+        wanted = self.columns.names
         for path in paths:
             with storage.open_input(path) as stream:
                 parquet = pq.ParquetFile(stream)
@@ -170,8 +186,10 @@ def parquet_files(frame: Any) -> list[str] | None:
         return None
     lines = [line.strip().lstrip("+-: ").strip() for line in plan.strip().splitlines() if line.strip()]
     relations = [line for line in lines if line.startswith("Relation")]
+    # a Project that computes or renames a column ("... AS name", e.g. a VectorAssembler's output) reads
+    # columns the files do not hold under that name: not a plain scan
     plain = len(relations) == 1 and relations[0].endswith("parquet") and all(
-        line.startswith(("Relation", "Project")) for line in lines
+        line.startswith("Relation") or (line.startswith("Project") and " AS " not in line) for line in lines
     )
     if not plain or not files:
         return None
@@ -186,7 +204,7 @@ def parquet_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PE
     files = parquet_files(frame)
     if files is None:
         return None
-    for column in (columns.features_col, columns.label_col):
+    for column in columns.names:
         if column not in frame.columns:
             return None
     context = frame.sparkSession.sparkContext
@@ -194,6 +212,58 @@ def parquet_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PE
     slices = max(1, min(len(files), int(context.defaultParallelism)))
     rdd = context.parallelize(files, slices).mapPartitions(ParquetFileReader(columns, rows, options))
     rdd._psrv_parquet_files = files
+    return rdd
+
+
+# --------------------------------------------------------------------------------------------------
+# Any DataFrame: Arrow batches from Spark (mapInArrow)
+# --------------------------------------------------------------------------------------------------
+ARROW_DATASET_COLUMN = "psrv_dataset"
+
+
+@dataclass(frozen=True)
+class ArrowBatchConverter:
+    """Task side of ``mapInArrow``: Spark's Arrow record batches of the selected columns, sliced into
+    DataSets of up to ``rows`` examples (column-wise, no per-row Python); each DataSet leaves the task
+    as one binary cell, so the JVM moves one value per minibatch instead of one row per example."""
+
+    columns: ParquetColumns
+    rows: int
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        for batch in batches:
+            for start in range(0, batch.num_rows, self.rows):
+                dataset = self.columns.to_dataset(batch.slice(start, self.rows))
+                blob = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+                yield pa.RecordBatch.from_arrays([pa.array([blob], pa.binary())], [ARROW_DATASET_COLUMN])
+
+
+def _unpickle_dataset(row: Any) -> DataSet:
+    import pickle
+
+    return pickle.loads(row[0])
+
+
+def arrow_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PER_DATASET) -> RDD | None:
+    """An RDD of DataSets from any DataFrame through ``mapInArrow`` (Spark's Arrow batches, converted in
+    the tasks); None where that is not possible (no pyarrow, no ``mapInArrow``, Spark Connect)."""
+    if not pyarrow_available() or not hasattr(frame, "mapInArrow"):
+        return None
+    for column in columns.names:
+        if column not in frame.columns:
+            return None
+    try:
+        mapped = frame.select(*columns.names).mapInArrow(
+            ArrowBatchConverter(columns, rows), f"{ARROW_DATASET_COLUMN} binary")
+        rdd = mapped.rdd.map(_unpickle_dataset)
+    except Exception as exc:  # noqa: BLE001 - no pandas (PySpark requires it), Spark Connect (no .rdd) ...
+        log.info("DataFrame read through Spark's rows, not Arrow (mapInArrow: %s)", exc)
+        return None
+    rdd._psrv_arrow = True
     return rdd
 
 
@@ -256,10 +326,13 @@ class ParquetDataSetLoader:
 
 
 __all__ = [
+    "ARROW_DATASET_COLUMN",
     "PARQUET_SUFFIX",
+    "ArrowBatchConverter",
     "ParquetColumns",
     "ParquetDataSetLoader",
     "ParquetFileReader",
+    "arrow_datasets",
     "dataset_from_parquet",
     "dataset_to_parquet",
     "parquet_datasets",

@@ -1,0 +1,33 @@
+"""psrv.spark.ml model files without Spark: the single model file an earlier TorchModel.save wrote still
+loads (no SparkContext needed), and a directory that is not a saved TorchModel is refused clearly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psrv.nn import Dense, Network, Output
+from psrv.spark import storage
+from psrv.spark.errors import SparkInputError
+from psrv.spark.ml import TorchModel
+
+
+def _model() -> TorchModel:
+    network = Network([Dense(4, "relu"), Output(3)], input_shape=(5,), seed=3)
+    return TorchModel(network, feature_cols=["a", "b"], prediction_col="p", probability_col="q")
+
+
+def test_single_model_file_loads_without_spark(tmp_path: Path) -> None:
+    model = _model()
+    path = str(tmp_path / "model.psrv")
+    storage.write_bytes(path, model._record())  # what TorchModel.save wrote before the directory layout
+    loaded = TorchModel.load(path)
+    np.testing.assert_array_equal(loaded.network.params, model.network.params)
+    assert (loaded.feature_cols, loaded.prediction_col, loaded.probability_col) == (("a", "b"), "p", "q")
+
+
+def test_directory_without_metadata_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stage").mkdir()
+    with pytest.raises(SparkInputError, match="not a saved TorchModel.*metadata"):
+        TorchModel.load(str(tmp_path / "stage"))
