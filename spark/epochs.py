@@ -137,12 +137,14 @@ def prepared_data(spark_context: SparkContext, master: Any, network: Any, rdd: R
                 yield lambda: master.train_epoch_on_paths(spark_context, network, list(paths),
                                                           FileDataSetLoader())
         return
+    already_cached = bool(data.is_cached)  # the user's own cache (data not repartitioned) stays
     cached = data.cache()
     try:
         with scope:
             yield lambda: master.train_epoch_on_partitions(spark_context, network, cached)
     finally:
-        cached.unpersist()
+        if not already_cached:
+            cached.unpersist()
 
 
 @dataclass

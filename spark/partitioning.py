@@ -86,11 +86,18 @@ def repartition_rdd(
     strategy: RepartitionStrategy | str = RepartitionStrategy.BALANCED,
     counts: list[int] | None = None,
 ) -> RDD:
-    """``rdd`` prepared for ``num_workers`` workers according to the repartition policy (``counts``:
-    elements per partition when known, see :func:`balanced_repartition`)."""
+    """``rdd`` prepared for ``num_workers`` workers according to the repartition policy.
+
+    ``counts`` (elements per partition, when known): the balanced strategy needs no counting job, and
+    data already in ``num_workers`` partitions whose counts differ by at most one is left as it is (the
+    shuffle would only deal the same number of elements to each worker again).
+    """
     strategy = parse_strategy(strategy)
     if not needs_repartition(repartition, rdd.getNumPartitions(), num_workers):
         return rdd
     if strategy is RepartitionStrategy.BALANCED:
+        if counts is not None and len(counts) == rdd.getNumPartitions() == num_workers \
+                and max(counts) - min(counts) <= 1:
+            return rdd
         return balanced_repartition(rdd, num_workers, counts)
     return rdd.repartition(num_workers)
