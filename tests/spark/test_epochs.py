@@ -112,7 +112,9 @@ def test_checkpoint_per_epoch_and_resume_continue_from_the_checkpointed_state(sp
     np.testing.assert_array_equal(resumed.params, before)
 
 
-def test_gradient_sharing_keeps_one_controller_for_every_epoch_of_a_call(spark_context, small) -> None:
+@pytest.mark.parametrize("approach", ["export", "direct"])
+def test_gradient_sharing_keeps_one_controller_for_every_epoch_of_a_call(spark_context, small,
+                                                                        approach) -> None:
     """fit(epochs=3) starts one controller (one set of keys, one master copy) and each epoch's job joins it.
     The invariants still hold per epoch although the controller's counters run on across epochs: every
     task's final replica equals the master copy, and what the controller applied in an epoch is exactly
@@ -120,6 +122,7 @@ def test_gradient_sharing_keeps_one_controller_for_every_epoch_of_a_call(spark_c
     train, validation, _ = small
     network = _network(8)
     master = _sharing()
+    master.rdd_training_approach = approach
     spark_net = SparkNetwork(spark_context, network, master)
     fits: list[dict] = []
     spark_net.fit(train, epochs=3, validation_data=validation,
@@ -139,3 +142,8 @@ def test_gradient_sharing_keeps_one_controller_for_every_epoch_of_a_call(spark_c
     spark_net.fit(train, epochs=2, validation_data=validation)
     assert master.controller_starts == 3 and master.last_fit["controller_reused"] is False
     assert master.last_fit["replicas_diverged"] == 0 and master.last_fit["updates_missing"] == 0
+    if approach == "direct":  # data cached by its user stays cached after the fit
+        train.cache()
+        spark_net.fit(train, epochs=1, validation_data=validation)
+        assert train.is_cached
+        train.unpersist()
