@@ -14,11 +14,10 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 from psrv.spark.errors import SparkConfigError
 
 if TYPE_CHECKING:
@@ -110,12 +109,17 @@ def _stop_requested(callback: Any, epoch: int, metrics: dict[str, float]) -> boo
 
 
 @contextmanager
-def prepared_data(spark_context: SparkContext, master: Any, network: Any,
-                  rdd: RDD) -> Iterator[Callable[[], None]]:
-    """A function that trains one epoch on data prepared once for the whole call."""
+def prepared_data(spark_context: SparkContext, master: Any, network: Any, rdd: RDD,
+                  element_counts: list[int] | None = None) -> Iterator[Callable[[], None]]:
+    """A function that trains one epoch on data prepared once for the whole call.
+
+    The data is repartitioned and exported (or cached) once; a master that can keep its controller for
+    the call (gradient sharing's ``controller_for_call``) keeps it around every epoch trained here.
+    ``element_counts`` (elements per partition of ``rdd``, from the driver's checks) spares the balanced
+    repartitioning its counting job.
+    """
     from psrv.nn.data import FileDataSetLoader
     from psrv.spark.export import exported_minibatches
-    from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
     from psrv.spark.partitioning import repartition_rdd
 
     approach = getattr(master, "rdd_training_approach", "export")
@@ -123,8 +127,10 @@ def prepared_data(spark_context: SparkContext, master: Any, network: Any,
     workers = int(workers_of(spark_context)) if callable(workers_of) \
         else int(spark_context.defaultParallelism)
     strategy = getattr(master, "repartition_strategy", "balanced")
+    keep = getattr(master, "controller_for_call", None)
+    scope = keep(spark_context, network) if callable(keep) else nullcontext()
+    data = repartition_rdd(rdd, workers, master.repartition, strategy, element_counts)
     if approach == "export":
-        data = repartition_rdd(rdd, workers, master.repartition, strategy)
         started = time.time()
         with exported_minibatches(data, master.batch_size_per_worker, master.export_directory) as paths:
             record = getattr(master, "_driver_event", None)
@@ -134,26 +140,20 @@ def prepared_data(spark_context: SparkContext, master: Any, network: Any,
                 from psrv.spark.errors import SparkInputError
 
                 raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
-
-            shuffles_itself = isinstance(master, ParameterAveragingTrainingMaster)
-
-            def epoch_from_files() -> None:
-                # the order a separate fit would train in: parameter averaging shuffles the paths itself,
-                # gradient sharing's execute_training shuffles them before handing them over
-                shuffled = list(paths)
-                if not shuffles_itself:
-                    rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
-                    shuffled = [paths[i] for i in rng.permutation(len(paths))]
-                paths_rdd = spark_context.parallelize(shuffled, max(1, min(workers, len(shuffled))))
-                master.execute_training_paths(spark_context, network, paths_rdd, FileDataSetLoader())
-
-            yield epoch_from_files
+            with scope:
+                # each epoch in the order a separate fit would train in (the master shuffles the paths
+                # from the network's seed and epoch), without a Spark job to deal them out
+                yield lambda: master.train_epoch_on_paths(spark_context, network, list(paths),
+                                                          FileDataSetLoader())
         return
-    cached = rdd.cache()
+    already_cached = bool(data.is_cached)  # the user's own cache (data not repartitioned) stays
+    cached = data.cache()
     try:
-        yield lambda: master.execute_training(spark_context, network, cached)
+        with scope:
+            yield lambda: master.train_epoch_on_partitions(spark_context, network, cached)
     finally:
-        cached.unpersist()
+        if not already_cached:
+            cached.unpersist()
 
 
 @dataclass
@@ -165,7 +165,7 @@ class EpochRecord:
 
 def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any = None,
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
-               resume: bool = False) -> list[EpochRecord]:
+               resume: bool = False, element_counts: list[int] | None = None) -> list[EpochRecord]:
     """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
     from psrv.spark import checkpoints
 
@@ -186,7 +186,7 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
                 return history
     if done >= epochs:
         return history
-    with prepared_data(sc, master, network, rdd) as train_one_epoch:
+    with prepared_data(sc, master, network, rdd, element_counts) as train_one_epoch:
         for epoch in range(done + 1, epochs + 1):
             started = time.monotonic()
             train_one_epoch()

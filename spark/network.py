@@ -106,7 +106,7 @@ class SparkNetwork:
         master = self._master()
         shipping.check_network(self.network, self.spark_context)  # before anything touches the data
         rdd = self._as_rdd(data)
-        self._check_before_training(rdd)
+        profile = self._check_before_training(rdd)
         plain = validation_data is None and not callbacks and checkpoint_dir is None and not resume
         with watching(master, loggers, progress):
             if epochs == 1 and plain:
@@ -115,9 +115,10 @@ class SparkNetwork:
                 return self.network
             from psrv.spark.epochs import run_epochs
 
+            counts = profile.element_counts() if profile is not None else None
             with worker_errors("fit"):
                 self.history = run_epochs(self, rdd, epochs, validation_data, callbacks, checkpoint_dir,
-                                          resume)
+                                          resume, element_counts=counts)
         return self.network
 
     def fit_paths(self, paths_rdd: RDD, loader: Any | None = None, *, loggers: Any = None,
@@ -130,10 +131,11 @@ class SparkNetwork:
             master.execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
         return self.network
 
-    def _check_before_training(self, rdd: RDD) -> None:
-        """What would fail on the executors (given the data), said on the driver before the training job."""
+    def _check_before_training(self, rdd: RDD) -> preflight.DataProfile | None:
+        """What would fail on the executors (given the data), said on the driver before the training job;
+        returns what the pass over the data learned (None with ``check_data=False``)."""
         if not self.check_data:
-            return
+            return None
         with worker_errors("fit (checking the data)"):
             profile = preflight.profile(rdd)
         master = self._master()
@@ -146,6 +148,7 @@ class SparkNetwork:
                                               rdd.getNumPartitions(), workers)
             preflight.check_batch_fits(int(batch_size), profile, workers, repartitioned)
         preflight.check_sample(self.network, profile.sample, self.label_col)
+        return profile
 
     def get_network(self) -> Any:
         """The driver's network (trained in place by ``fit``)."""

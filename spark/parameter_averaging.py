@@ -198,6 +198,17 @@ class ParameterAveragingTrainingMaster:
         self._train_paths(spark_context, network, paths, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: Any, paths: Sequence[str],
+                             loader: Any | None = None) -> None:
+        """One epoch over minibatch files listed on the driver (an export made once per call)."""
+        self._train_paths(spark_context, network, list(paths), loader or FileDataSetLoader())
+        network.epoch = network.epoch + 1
+
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+        """One epoch over data already repartitioned for the workers (and cached) once per call."""
+        self._train_direct(spark_context, network, data)
+        network.epoch = network.epoch + 1
+
     # -- the rounds ------------------------------------------------------------------------------
     def _order(self, network: Any, count: int) -> np.ndarray:
         """A fresh order of the minibatches each epoch (reproducible from the network's seed)."""

@@ -56,12 +56,26 @@ def _identity_partition(key: int) -> int:
     return key
 
 
-def balanced_repartition(rdd: RDD, num_partitions: int) -> RDD:
-    """``rdd`` in exactly ``num_partitions`` partitions whose sizes differ by at most one."""
+def balanced_repartition(rdd: RDD, num_partitions: int, counts: list[int] | None = None) -> RDD:
+    """``rdd`` in exactly ``num_partitions`` partitions whose sizes differ by at most one.
+
+    ``counts`` (elements per partition of ``rdd``, e.g. from the driver's preflight pass) gives each
+    element its global index without the Spark job ``zipWithIndex`` runs to count the partitions.
+    """
     if num_partitions < 1:
         raise SparkConfigError(f"num_partitions: expected a positive int, got {num_partitions!r}")
     n = int(num_partitions)
-    keyed = rdd.zipWithIndex().map(lambda pair: (pair[1] % n, pair[0]))
+    if counts is not None and len(counts) == rdd.getNumPartitions():
+        offsets = [0]
+        for count in counts[:-1]:
+            offsets.append(offsets[-1] + int(count))
+
+        def keyed_partition(index: int, items: Any) -> Any:
+            return (((offsets[index] + position) % n, item) for position, item in enumerate(items))
+
+        keyed = rdd.mapPartitionsWithIndex(keyed_partition)
+    else:
+        keyed = rdd.zipWithIndex().map(lambda pair: (pair[1] % n, pair[0]))
     return keyed.partitionBy(n, _identity_partition).values()
 
 
@@ -70,11 +84,20 @@ def repartition_rdd(
     num_workers: int,
     repartition: Repartition | str = Repartition.ALWAYS,
     strategy: RepartitionStrategy | str = RepartitionStrategy.BALANCED,
+    counts: list[int] | None = None,
 ) -> RDD:
-    """``rdd`` prepared for ``num_workers`` workers according to the repartition policy."""
+    """``rdd`` prepared for ``num_workers`` workers according to the repartition policy.
+
+    ``counts`` (elements per partition, when known): the balanced strategy needs no counting job, and
+    data already in ``num_workers`` partitions whose counts differ by at most one is left as it is (the
+    shuffle would only deal the same number of elements to each worker again).
+    """
     strategy = parse_strategy(strategy)
     if not needs_repartition(repartition, rdd.getNumPartitions(), num_workers):
         return rdd
     if strategy is RepartitionStrategy.BALANCED:
-        return balanced_repartition(rdd, num_workers)
+        if counts is not None and len(counts) == rdd.getNumPartitions() == num_workers \
+                and max(counts) - min(counts) <= 1:
+            return rdd
+        return balanced_repartition(rdd, num_workers, counts)
     return rdd.repartition(num_workers)

@@ -6,7 +6,8 @@ node pointed at the controller (which downloads the current parameters: a retrie
 trains over its data with a prefetching iterator, encodes every update with its residual, applies
 the encoded update locally and submits it, then leaves. ``fit`` returns when the job ends; the
 driver's network then holds the controller's parameters, the workers' averaged updater state and
-the averaged threshold state.
+the averaged threshold state. ``fit(epochs=N)`` runs one job per epoch but keeps one controller (its
+keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.live_controller).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +35,7 @@ from psrv.spark.errors import (
     TrainingJobError,
 )
 from psrv.spark.export import ExportCache, check_training_approach, files_backed
+from psrv.spark.live_controller import LiveController, start_controller
 from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
 from psrv.spark.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, lineage, mean_buffers, set_counters
@@ -269,15 +272,15 @@ def _partition_trainer(
                     report_progress(node, partition=part, epoch=int(network.epoch), steps=steps,
                                     examples=examples, loss=loss_average.add(float(loss)))
                     _maybe_kill(setup, steps)
-            flush_start = events.now()
-            acknowledged = _wait_acknowledged(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
-            events.add("flush", flush_start, events.now(), acknowledged=acknowledged)
             replica = None
-            if setup.check_replicas:
+            if setup.check_replicas:  # first: its snapshot also acknowledges this node's updates
                 check_start = events.now()
                 replica = _check_replica(node, setup.transport.heartbeat_s, setup.transport.missed_beats,
                                          sharing)
                 events.add("replica_check", check_start, events.now(), status=replica["status"])
+            flush_start = events.now()
+            acknowledged = _wait_acknowledged(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
+            events.add("flush", flush_start, events.now(), acknowledged=acknowledged)
             counters = node.counters()
             if setup.collect_stats:
                 events.events.append({**events.common, "kind": "metrics", "time": events.now(),
@@ -286,7 +289,9 @@ def _partition_trainer(
                                       "bytes_sent_total": int(counters.get("bytes_out", 0)),
                                       "updates_applied": int(counters.get("updates_applied", 0))})
         finally:
+            leave_start = events.now()
             node.stop()
+            events.add("leave", leave_start, events.now())
         keep_residual(setup.session_id, encoder.residual)
         yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
                            np.array(network.updater_state, copy=True),
@@ -348,6 +353,9 @@ class SharedTrainingMaster:
         self._fault_kill_after_steps: int | None = None  # test-only hook, see _maybe_kill
         self._session_id = uuid.uuid4().hex
         self._exports = ExportCache()  # exports of the data fitted, reused by later fits
+        self._live: LiveController | None = None  # the controller of the fit(epochs=N) call running now
+        self._controller_per_epoch = False  # benchmark hook: the old setup, one controller per epoch
+        self.controller_starts = 0  # controllers this master started (one per fit(epochs=N) call)
 
     def delete_temp_files(self) -> int:
         """Remove the exports psrv wrote in its default location (never a user's export_directory)."""
@@ -370,17 +378,9 @@ class SharedTrainingMaster:
                                                   self.export_directory,
                                                   self.repartition)  # reused when this data was exported
             self._driver_event("export", started, time.time(), minibatches=len(paths))
-            if not paths:
-                raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
-            rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
-            order = rng.permutation(len(paths))
-            paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
-            self._run(spark_context, network, paths_rdd, FileDataSetLoader())
+            self.train_epoch_on_paths(spark_context, network, paths, FileDataSetLoader())
         else:
-            batch_size = self.batch_size_per_worker
-            minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size))
-            self._run(spark_context, network, minibatches, None)
-        network.epoch = network.epoch + 1
+            self.train_epoch_on_partitions(spark_context, network, data)
 
     def execute_training_paths(self, spark_context: SparkContext, network: Any, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
@@ -389,29 +389,62 @@ class SharedTrainingMaster:
         self._run(spark_context, network, data, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
+    # -- one fit call, many epochs ----------------------------------------------------------------
+    @contextmanager
+    def controller_for_call(self, spark_context: SparkContext, network: Any) -> Iterator[None]:
+        """Keep one controller (one set of keys, the master copy) for every epoch trained inside.
+
+        ``SparkNetwork.fit(epochs=N)`` trains inside it: each epoch's job joins the running controller
+        (psrv.spark.live_controller). Outside it, or with ``_controller_per_epoch`` (the old per-epoch
+        setup, kept for the benchmark), each job starts and stops its own controller.
+        """
+        if self._live is not None or self._controller_per_epoch:
+            yield
+            return
+        live = self._start_controller(spark_context, network, kept=True)
+        self._live = live
+        try:
+            yield
+        finally:
+            self._live = None
+            live.controller.stop()
+
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: Any, paths: list[str],
+                             loader: Any | None = None) -> None:
+        """One epoch over minibatch files listed on the driver (an export made once per call): shuffled
+        as ``execute_training`` shuffles them, dealt to the workers without another Spark job."""
+        if not paths:
+            raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
+        workers = self.workers(spark_context)
+        rng = np.random.default_rng([int(network.seed), int(network.epoch), 29])
+        order = rng.permutation(len(paths))
+        paths_rdd = spark_context.parallelize([paths[i] for i in order], min(workers, len(paths)))
+        self._run(spark_context, network, paths_rdd, loader or FileDataSetLoader())
+        network.epoch = network.epoch + 1
+
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+        """One epoch over data already partitioned for the workers (and cached) once per call."""
+        batch_size = self.batch_size_per_worker
+        self._run(spark_context, network, data.mapPartitions(lambda items: rebatch(items, batch_size)), None)
+        network.epoch = network.epoch + 1
+
+    def _start_controller(self, spark_context: SparkContext, network: Any, kept: bool) -> LiveController:
+        started = time.time()
+        live = start_controller(self.conf, spark_context, network, kept)
+        self.controller_starts += 1
+        self._driver_event("controller_start", started, time.time(), kept=kept)
+        return live
+
     # -- one distributed job -----------------------------------------------------------------------
     def _run(self, spark_context: SparkContext, network: Any, data: RDD, loader: Any | None) -> None:
-        from psrv.transport import Controller
-
-        keys = None
-        if self.conf.secure:
-            from psrv.transport.keys import generate_keys
-
-            keys = generate_keys()
-        host = self.conf.controller_host(spark_context.getConf().get("spark.driver.host"))
-        controller = Controller(
-            self.conf.transport_config(host=host, port=self.conf.unicast_port, keys=keys),
-            np.array(network.params, copy=True),
-            updater_state=np.array(network.updater_state, copy=True),
-        )
-        controller.start()
-        address = self.conf.advertised_address(controller.address)
-        log.info("gradient sharing: controller on %s (workers dial %s), mesh %s, %s", controller.address,
-                 address, self.conf.mesh_build_mode, "CurveZMQ" if keys else "no encryption")
+        live = self._live if self._live is not None else self._start_controller(spark_context, network,
+                                                                                 kept=False)
+        live.begin_epoch(network)
+        controller, address = live.controller, live.address
         setup = WorkerSetup(
             job_id=uuid.uuid4().hex[:8],
             controller_address=address,
-            transport=self.conf.transport_config(host=None, port=0, keys=keys),
+            transport=self.conf.transport_config(host=None, port=0, keys=live.keys),
             network_mask=self.conf.network_mask,
             payload=NetworkPayload.from_network(network, with_updater=True),
             threshold_state=self.threshold_algorithm.get_state(),
@@ -430,20 +463,25 @@ class SharedTrainingMaster:
             job = data.mapPartitions(_partition_trainer(broadcast, loader))
             with LiveProgress.for_controller(controller, self.progress,
                                              description=f"psrv fit (epoch {int(network.epoch)})"):
-                results = self._collect_with_watchdog(spark_context, job, controller, address)
+                results = self._collect_with_watchdog(spark_context, job, controller, address,
+                                                      live.joins_before)
             sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
-            self._drain(controller, sent)
+            # a kept controller keeps what arrives after the drain for the next epoch: no quiet period
+            self._drain(controller, live.applied_before + sent, quiet_s=0.0 if live.kept else _DRAIN_QUIET_S)
             with controller.lock:
                 final = np.array(controller.params, copy=True)
-            controller_counters = controller.counters()
+            controller_counters = live.epoch_counters()
             controller_counters["member_names"] = controller.member_names()
         finally:
-            controller.stop()
+            if not live.kept:
+                controller.stop()
             broadcast.unpersist()
         self._finish(network, setup, results, sent, final, controller_counters, started)
+        live.end_epoch(network)
+        self.last_fit["controller_reused"] = live.kept and live.epochs > 1
 
     def _collect_with_watchdog(self, spark_context: SparkContext, job: RDD, controller: Any,
-                               address: str) -> list[WorkerResult]:
+                               address: str, joins_before: int = 0) -> list[WorkerResult]:
         """Run the job; cancel it if no worker reached the controller within the join timeout."""
         group = f"psrv-shared-{uuid.uuid4().hex[:8]}"
         outcome: dict[str, Any] = {}
@@ -465,11 +503,11 @@ class SharedTrainingMaster:
             if not unreachable and tasks_started is not None \
                     and time.monotonic() > tasks_started + self.conf.join_timeout_ms / 1000.0 \
                     + _TASK_STARTUP_SLACK_S \
-                    and controller.counters_["joins"] == 0 and thread.is_alive():
+                    and controller.counters_["joins"] == joins_before and thread.is_alive():
                 unreachable = True
                 spark_context.cancelJobGroup(group)
         thread.join()
-        if unreachable or (controller.counters_["joins"] == 0 and "error" in outcome
+        if unreachable or (controller.counters_["joins"] == joins_before and "error" in outcome
                            and "ControllerUnreachableError" in str(outcome["error"])):
             raise ControllerUnreachableError(
                 f"no worker reached the psrv controller at {address} within "
@@ -481,8 +519,9 @@ class SharedTrainingMaster:
                 from outcome["error"]
         return outcome["results"]
 
-    def _drain(self, controller: Any, expected: int) -> None:
-        """Wait until the controller applied the ``expected`` updates the finished workers sent.
+    def _drain(self, controller: Any, expected: int, quiet_s: float = _DRAIN_QUIET_S) -> None:
+        """Wait until the controller applied ``expected`` updates in all (those the finished workers
+        sent included), then ``quiet_s`` without a new one (late updates of failed attempts).
 
         Bounded by a few heartbeats: an update still missing then was lost in flight (see README).
         """
@@ -492,7 +531,7 @@ class SharedTrainingMaster:
             applied = controller.counters_["updates_applied"]
             if applied != last:
                 last, quiet_since = applied, time.monotonic()
-            if applied >= expected and time.monotonic() - quiet_since >= _DRAIN_QUIET_S:
+            if applied >= expected and time.monotonic() - quiet_since >= quiet_s:
                 return
             time.sleep(0.05)
         log.warning("controller applied %d of %d updates before the drain deadline", last, expected)

@@ -309,6 +309,9 @@ class Endpoint:
             except queue.Empty:
                 break
             if item[0] == "call":
+                if batch:  # a call sees every command queued before it done (e.g. sends before a request)
+                    self._on_commands(batch)
+                    batch = []
                 _, fn, future = item
                 try:
                     future.set_result(fn())

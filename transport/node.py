@@ -721,6 +721,8 @@ class Node(Endpoint):
                 {int(o): [int(x) for x in s] for o, s in msg["extra_seen"].items()},
                 self.counters_["resyncs"],
             )
+            # the snapshot's watermark acknowledges this node's updates as a heartbeat's does (sooner)
+            self._note_acknowledged(max(self._acknowledged, self._check_snapshot[1].get(self.node_id, 0)))
             return
         if (
             not self._from_controller(msg)

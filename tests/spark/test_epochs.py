@@ -110,3 +110,40 @@ def test_checkpoint_per_epoch_and_resume_continue_from_the_checkpointed_state(sp
     before = resumed.params.copy()
     spark_net.fit(train, epochs=3, checkpoint_dir=directory, resume=True)
     np.testing.assert_array_equal(resumed.params, before)
+
+
+@pytest.mark.parametrize("approach", ["export", "direct"])
+def test_gradient_sharing_keeps_one_controller_for_every_epoch_of_a_call(spark_context, small,
+                                                                        approach) -> None:
+    """fit(epochs=3) starts one controller (one set of keys, one master copy) and each epoch's job joins it.
+    The invariants still hold per epoch although the controller's counters run on across epochs: every
+    task's final replica equals the master copy, and what the controller applied in an epoch is exactly
+    what that epoch's workers sent (nothing lost, nothing of an earlier epoch counted again)."""
+    train, validation, _ = small
+    network = _network(8)
+    master = _sharing()
+    master.rdd_training_approach = approach
+    spark_net = SparkNetwork(spark_context, network, master)
+    fits: list[dict] = []
+    spark_net.fit(train, epochs=3, validation_data=validation,
+                  callbacks=[lambda epoch, metrics: fits.append(dict(master.last_fit)) and False])
+    starts = [e for e in master.training_stats if e["kind"] == "controller_start"]
+    assert master.controller_starts == 1 and len(starts) == 1 and starts[0]["kept"], starts
+    assert [f["controller_reused"] for f in fits] == [False, True, True]
+    assert network.epoch == 3
+    for fit in fits:
+        assert fit["replicas_checked"] == fit["workers"] == 2 and fit["replicas_diverged"] == 0, fit
+        assert fit["updates_missing"] == 0 and fit["updates_applied_by_failed_attempts"] == 0, fit
+        assert fit["messages"] > 0 and fit["controller_updates_applied"] == fit["messages"], fit
+    jobs = [e for e in master.training_stats if e["kind"] == "training_job"]
+    assert len(jobs) == 3  # still one Spark job per epoch: validation runs on the executors in between
+    # a later call starts its own controller; the old per-epoch setup (benchmark hook) starts one per epoch
+    master._controller_per_epoch = True
+    spark_net.fit(train, epochs=2, validation_data=validation)
+    assert master.controller_starts == 3 and master.last_fit["controller_reused"] is False
+    assert master.last_fit["replicas_diverged"] == 0 and master.last_fit["updates_missing"] == 0
+    if approach == "direct":  # data cached by its user stays cached after the fit
+        train.cache()
+        spark_net.fit(train, epochs=1, validation_data=validation)
+        assert train.is_cached
+        train.unpersist()

@@ -39,3 +39,18 @@ def test_repartition_policy_applied(spark_context) -> None:
     spark_default = repartition_rdd(rdd, 2, "always", "spark_default")
     assert spark_default.getNumPartitions() == 2
     assert sorted(spark_default.collect()) == list(range(30))
+
+
+@pytest.mark.spark
+def test_known_counts_deal_exactly_as_zip_with_index_and_keep_balanced_data(spark_context) -> None:
+    """With the element counts of the driver's preflight pass the balanced strategy skips its counting job
+    and deals every element to the same worker as zipWithIndex does; data already balanced for the
+    workers is left as it is."""
+    skewed = spark_context.parallelize(range(23), 5).coalesce(2)
+    counts = skewed.glom().map(len).collect()
+    assert balanced_repartition(skewed, 3, counts).glom().collect() == \
+        balanced_repartition(skewed, 3).glom().collect()
+    balanced = spark_context.parallelize(range(21), 2)  # 10 and 11 elements
+    assert repartition_rdd(balanced, 2, "always", "balanced", counts=[10, 11]) is balanced
+    dealt = repartition_rdd(balanced, 3, "always", "balanced", counts=[10, 11])
+    assert dealt.glom().map(len).collect() == [7, 7, 7]
