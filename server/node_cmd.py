@@ -88,7 +88,7 @@ def wait_for_nodes(
             raise JoinError(
                 f"only {len(live)} of the {count} nodes awaited joined {address} within {timeout_s} s"
             )
-        stop.wait(0.1)
+        stop.wait(0.25)  # each poll is a status request the controller answers
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import zmq
 from psrv.transport.batch import batch_message, groups
+from psrv.transport.codec import encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.endpoint import ApplyHook, Endpoint
+from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES, Downloads, Snapshot
+from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.membership import HeartbeatTimer, Membership
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
@@ -29,6 +32,7 @@ from psrv.transport.peer import Peer
 _DEPARTED_KEPT = 256
 _RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
 _NAMES_KEPT = 65536
+CHECKSUM_MIN_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -79,6 +83,8 @@ class Controller(Endpoint):
         self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
         self._join_refill = time.monotonic()
         self._last_tick = time.monotonic()
+        self._downloads = Downloads(min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES))
+        self._checksum: tuple[int, float, dict[str, Any]] | None = None  # (master version, when, sums)
 
     def _on_start(self) -> None:
         self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=self.address)
@@ -102,10 +108,12 @@ class Controller(Endpoint):
         if msg.op is Op.JOIN or msg.op is Op.STATUS_REQUEST:
             return True
         bound = self._identity.get(msg.src)
-        if bound is not None and bound != identity:
-            raise FrameRejectedError(
-                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
-            )
+        if bound is not None:
+            if bound != identity:
+                raise FrameRejectedError(
+                    "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
+                )
+            self.membership.heard(msg.src)  # any frame of a member's is a sign of life, not only its beats
         return True  # a non-member is told to rejoin by the handler (see _member)
 
     def _origin_allowed(self, origin: int, came_from: int) -> bool:
@@ -255,39 +263,87 @@ class Controller(Endpoint):
 
     def on_params_request(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
-        with self.lock:
-            params = self.params.copy()
-            updater = (
-                self.updater_state.copy()
-                if (msg["want_updater"] and self.updater_state is not None)
-                else None
-            )
-        watermark = self.seen.watermark()
-        extra = self.seen.above_watermark()
-        buffers: list[Any] = [params] + ([updater] if updater is not None else [])
-        reply = Message(
-            Op.PARAMS_REPLY,
-            {
-                "request_id": msg["request_id"],
-                "dtype": params.dtype.str,
-                "size": int(params.size),
-                "updater_dtype": None if updater is None else updater.dtype.str,
-                "updater_size": 0 if updater is None else int(updater.size),
-                "watermark": watermark,
-                "extra_seen": extra,
-            },
-            buffers,
-            src=CONTROLLER_ID,
+        want_updater = bool(msg["want_updater"]) and self.updater_state is not None
+        version = self.counters_["updates_applied"]
+        peer = self._peers[msg.src]
+        snapshot = self._downloads.snapshot_for(
+            msg.src, version, want_updater, peer.dropped, self.config.replay_ring_messages // 2
         )
+        shared = snapshot is not None
+        if snapshot is None:
+            snapshot = self._take_snapshot(version, want_updater)
+        reply_fields = {
+            "request_id": msg["request_id"],
+            "dtype": snapshot.params.dtype.str,
+            "size": int(snapshot.params.size),
+            "updater_dtype": None if not want_updater else snapshot.updater.dtype.str,
+            "updater_size": 0 if not want_updater else int(snapshot.updater.size),
+            "watermark": snapshot.watermark,
+            "extra_seen": snapshot.extra_seen,
+        }
         self.log.info(
-            "sending params (%d values, %d origins in the watermark) to node %d",
-            params.size,
-            len(watermark),
+            "sending params (%d values, %d origins in the watermark, %s snapshot) to node %d",
+            snapshot.params.size,
+            len(snapshot.watermark),
+            "a shared" if shared else "a new",
             msg.src,
         )
-        # on the pipe the node's relayed updates take (never dropped, queued if full): whatever was
-        # relayed before this snapshot arrives before it, whatever after, after it
-        self._post(self._peers[msg.src], reply)
+        self.counters_.add("downloads_shared" if shared else "downloads_new_snapshot")
+        # served chunk by chunk by _serve_downloads, on the pipe the node's relayed updates take:
+        # whatever was relayed before the snapshot arrives before its chunks; whatever after may come
+        # between them, and the node (syncing) holds it and applies what the snapshot lacks
+        self._downloads.start(msg.src, snapshot, reply_fields, next(self._msg_ids), CONTROLLER_ID)
+
+    def _take_snapshot(self, version: int, want_updater: bool) -> Snapshot:
+        with self.lock:
+            params = self.params.copy()
+            updater = self.updater_state.copy() if want_updater else None
+        params.flags.writeable = False
+        if updater is not None:
+            updater.flags.writeable = False
+        snapshot = Snapshot(
+            params,
+            updater,
+            self.seen.watermark(),
+            self.seen.above_watermark(),
+            version,
+            {node_id: peer.dropped for node_id, peer in self._peers.items()},
+        )
+        self._downloads.adopt(snapshot)
+        return snapshot
+
+    def _serve_downloads(self) -> None:
+        """Hand each active download its next chunk, in turns, while its connection has room and
+        nothing waits before it; at most DOWNLOAD_TURN_BYTES per loop iteration."""
+        budget = DOWNLOAD_TURN_BYTES
+        progressed = True
+        while budget > 0 and self._downloads and progressed:
+            progressed = False
+            for download in self._downloads.next_turns():
+                peer = self._peers.get(download.node_id)
+                if peer is None:
+                    self._downloads.cancel(download.node_id)
+                    continue
+                if peer.pending:  # its relays wait for room: the download waits behind them
+                    continue
+                part = download.plan.part(download.next_index)
+                if not self._send_part(peer, part):
+                    continue
+                download.next_index += 1
+                budget -= frame_size(part.buffers[0])
+                progressed = True
+                if download.done:
+                    self._downloads.finished(download.node_id)
+                if budget <= 0:
+                    break
+        self._downloads.forget_stale(self.counters_["updates_applied"])
+
+    def _send_part(self, peer: Peer, part: Message) -> bool:
+        """Hand one chunk of a download to the member's socket (False: no room now, try later)."""
+        return self._try_send(peer.socket, encode_frames(part))
+
+    def _poll_timeout_s(self) -> float:
+        return 0.002 if self._downloads else super()._poll_timeout_s()
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
@@ -306,6 +362,7 @@ class Controller(Endpoint):
     def _remove(self, node_id: int, state: str, reason: str) -> None:
         moved = self.mesh.remove_node(node_id)
         self.membership.forget(node_id)
+        self._downloads.cancel(node_id)
         peer = self._peers.pop(node_id, None)
         if peer is not None:
             self._close_peer(peer, 0.0)  # whatever was queued for it is freed now
@@ -361,13 +418,36 @@ class Controller(Endpoint):
             if node_id in self._peers:
                 self._remove(node_id, "offline", f"silent for more than {timeout:.2f} s")
         if self._beat.due():
-            beat = Message(
-                Op.HEARTBEAT,
-                {"mesh_version": self.mesh.version, "stats": {}, "watermark": self.seen.watermark()},
-                src=CONTROLLER_ID,
-            )
-            for peer in self._peers.values():
-                self._post(peer, beat)
+            self.loop_stats.beat_sent(self._beat.lateness_s)
+            self._send_beats()
+        if self._downloads:
+            self._serve_downloads()
+
+    def _send_beats(self) -> None:
+        """Beats travel on their own path: back through the ROUTER on the connection each member
+        joined from, which carries only replies, never behind the relayed updates and parameter
+        chunks queued on the controller's connection to that member. Only where that fails (the
+        member's connection is being re-established) does the beat take the data path, at its head."""
+        beat = Message(
+            Op.HEARTBEAT,
+            {"mesh_version": self.mesh.version, "stats": {}, "watermark": self.seen.watermark()},
+            src=CONTROLLER_ID,
+        )
+        frames = encode_frames(beat)
+        for node_id, peer in self._peers.items():
+            identity = self._identity.get(node_id)
+            if identity is not None and self._try_send_routed(identity, frames):
+                continue
+            self.counters_.add("beats_on_data_path")
+            self._post(peer, beat, urgent=True)
+
+    def _try_send_routed(self, identity: bytes, frames: list[Any]) -> bool:
+        try:
+            self._router.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):  # a full pipe, or EHOSTUNREACH (ROUTER_MANDATORY): not connected
+            return False
+        self.counters_.add("frames_out")
+        return True
 
     def _prune_departed(self, now: float) -> None:
         """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
@@ -439,6 +519,28 @@ class Controller(Endpoint):
             "params_size": int(self.params.size),
             "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
         }
+
+    def counters(self) -> dict[str, Any]:
+        """The counters and the master copy's checksum. The checksum (three passes over the model)
+        is computed again only once the master changed, and for a model above checksum_max_params at
+        most once per CHECKSUM_MIN_INTERVAL_S: nodes polling `status` during a join burst made the
+        I/O thread spend seconds on it (issue 15). ``checksum_updates``: the update count it is of."""
+        snap = self.counters_.snapshot()
+        snap["node_id"] = self.node_id
+        snap["address"] = self.address
+        version, now = self.counters_["updates_applied"], time.monotonic()
+        cached = self._checksum
+        large = self.params.size > self.config.checksum_max_params
+        fresh_enough = cached is not None and (
+            cached[0] == version or (large and now - cached[1] < CHECKSUM_MIN_INTERVAL_S)
+        )
+        if not fresh_enough:
+            with self.lock:
+                version = self.counters_["updates_applied"]
+                cached = self._checksum = (version, now, params_checksum(self.params))
+        snap.update(cached[2])
+        snap["checksum_updates"] = cached[0]
+        return snap
 
     def member_names(self) -> dict[int, str | None]:
         """Every node id this controller admitted (the newest 65 536) and the name it joined with:

@@ -11,7 +11,6 @@ from conftest import wait_until
 from psrv.encoding import ResidualEncoder, decode
 from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
-from psrv.transport.messages import Op
 
 N = 3000
 
@@ -98,19 +97,21 @@ def test_chunked_catch_up_with_updater_state(roles) -> None:
 
 
 class LosingController(Controller):
-    """Loses the first parameter download: the whole reply, or (``chunk``) one chunk of it."""
+    """Loses the first parameter download: every chunk of it, or (``chunk``) one chunk of it."""
 
     def __init__(self, *args, chunk: bool, **kw) -> None:
         super().__init__(*args, **kw)
         self.chunk = chunk
         self.lost = 0
+        self.lost_msg: int | None = None
 
-    def _frames(self, message):
-        frames = super()._frames(message)
-        if message.op is Op.PARAMS_REPLY and not self.lost:
+    def _send_part(self, peer, part):
+        if self.lost_msg is None:
+            self.lost_msg = part["msg_id"]
             self.lost += 1
-            return frames[:1] + frames[2:] if self.chunk else []
-        return frames
+        if part["msg_id"] == self.lost_msg and (not self.chunk or part["index"] == 1):
+            return True  # "sent", and lost on the way
+        return super()._send_part(peer, part)
 
 
 @pytest.mark.timeout(60)
