@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
                 except TransportError:
                     break
                 sent += 1
+                if sent == 1:
+                    node.counters_.gauges["synthetic_started_at"] = time.time()
                 node.counters_.gauges["synthetic_sent"] = sent  # reported with the heartbeats
                 next_at = max(next_at + interval, now - 1.0)
             else:

@@ -33,6 +33,8 @@ _DEPARTED_KEPT = 256
 _RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
 _NAMES_KEPT = 65536
 CHECKSUM_MIN_INTERVAL_S = 1.0
+THROTTLE_READ_S = 0.05  # back-pressure: one small read this often while a member's queue is half full
+THROTTLE_BUDGET = 64
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Controller(Endpoint):
         self._last_tick = time.monotonic()
         self._downloads = Downloads(min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES))
         self._checksum: tuple[int, float, dict[str, Any]] | None = None  # (master version, when, sums)
+        self._last_throttled_read = 0.0
+        self._checksum_running = False
 
     def _on_start(self) -> None:
         self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=self.address)
@@ -250,13 +254,17 @@ class Controller(Endpoint):
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
     def _relay(self, items: list[tuple[dict, Any]], came_from: int) -> None:
-        for target in self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from):
+        targets = self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from)
+        if not targets:
+            return
+        encoded = [(len(group), self._frames(batch_message(group, CONTROLLER_ID))) for group in groups(items)]
+        for target in targets:  # encoded once, sent to every target (PLAIN: every other member)
             peer = self._peers.get(target)
-            for group in groups(items):
-                if peer is not None and self._post(peer, batch_message(group, CONTROLLER_ID), droppable=True):
-                    self.counters_.add("updates_relayed", len(group))
+            for count, batches in encoded:
+                if peer is not None and self._post_frames(peer, batches, droppable=True):
+                    self.counters_.add("updates_relayed", count)
                 else:
-                    self.counters_.add("updates_dropped_backpressure", len(group))
+                    self.counters_.add("updates_dropped_backpressure", count)
                     self._limited.warning(
                         f"drop:{target}", "controller: send queue of node %d full, update dropped", target
                     )
@@ -337,6 +345,23 @@ class Controller(Endpoint):
                 if budget <= 0:
                     break
         self._downloads.forget_stale(self.counters_["updates_applied"])
+
+    def _receive_budget(self) -> int:
+        """Back-pressure: while a member's overflow queue is half full, read a little at a time
+        (every 50 ms; every half beat once it is 90 % full) instead of relaying copies that would be
+        dropped: the senders' queues fill and their ``submit`` waits. Every member is still read
+        often enough to be heard (any frame counts), and a dead one still times out."""
+        deepest = max((len(p.pending) for p in self._out_peers.values()), default=0)
+        limit = self.config.peer_queue_messages
+        if deepest < limit // 2:
+            return super()._receive_budget()
+        now = time.monotonic()
+        interval = THROTTLE_READ_S if deepest < limit * 0.9 else self.config.heartbeat_s / 2
+        if now - self._last_throttled_read < interval:
+            return 0
+        self._last_throttled_read = now
+        self.counters_.add("receive_throttled")
+        return THROTTLE_BUDGET
 
     def _send_part(self, peer: Peer, part: Message) -> bool:
         """Hand one chunk of a download to the member's socket (False: no room now, try later)."""
@@ -521,26 +546,46 @@ class Controller(Endpoint):
         }
 
     def counters(self) -> dict[str, Any]:
-        """The counters and the master copy's checksum. The checksum (three passes over the model)
-        is computed again only once the master changed, and for a model above checksum_max_params at
-        most once per CHECKSUM_MIN_INTERVAL_S: nodes polling `status` during a join burst made the
-        I/O thread spend seconds on it (issue 15). ``checksum_updates``: the update count it is of."""
+        """The counters and the master copy's checksum (``checksum_updates``: the update count it is of).
+
+        The checksum (three passes over the model) is computed again only once the master changed.
+        Above checksum_max_params, asked on the I/O thread (a `status` request), it is computed on a
+        copy in a background thread at most once per CHECKSUM_MIN_INTERVAL_S and the status shows the
+        latest one finished (None before the first): nodes polling `status` during a join burst made
+        the I/O thread spend seconds on it (issue 15). Asked from another thread it is exact."""
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
         snap["address"] = self.address
         version, now = self.counters_["updates_applied"], time.monotonic()
         cached = self._checksum
-        large = self.params.size > self.config.checksum_max_params
-        fresh_enough = cached is not None and (
-            cached[0] == version or (large and now - cached[1] < CHECKSUM_MIN_INTERVAL_S)
-        )
-        if not fresh_enough:
+        if cached is None or cached[0] != version:
+            large = self.params.size > self.config.checksum_max_params
+            if large and threading.current_thread() is self._thread:
+                due = cached is None or now - cached[1] >= CHECKSUM_MIN_INTERVAL_S
+                if due and not self._checksum_running:
+                    self._checksum_running = True
+                    threading.Thread(target=self._checksum_copy, name="psrv-checksum", daemon=True).start()
+            else:
+                with self.lock:
+                    version = self.counters_["updates_applied"]
+                    cached = self._checksum = (version, now, params_checksum(self.params))
+        if cached is None:
+            snap.update({"params_sum": None, "params_abs_sum": None, "params_crc32": None})
+            snap["checksum_updates"] = None
+        else:
+            snap.update(cached[2])
+            snap["checksum_updates"] = cached[0]
+        return snap
+
+    def _checksum_copy(self) -> None:
+        """Off the I/O thread: copy the master under the lock (milliseconds), sum the copy."""
+        try:
             with self.lock:
                 version = self.counters_["updates_applied"]
-                cached = self._checksum = (version, now, params_checksum(self.params))
-        snap.update(cached[2])
-        snap["checksum_updates"] = cached[0]
-        return snap
+                copy = self.params.copy()
+            self._checksum = (version, time.monotonic(), params_checksum(copy))
+        finally:
+            self._checksum_running = False
 
     def member_names(self) -> dict[int, str | None]:
         """Every node id this controller admitted (the newest 65 536) and the name it joined with:

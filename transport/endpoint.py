@@ -47,6 +47,7 @@ _instance_ids = itertools.count(1)
 _POLL_MAX_S = 0.05
 ZERO_COPY_MIN_BYTES = 128 * 1024  # measured with pyzmq 27: copying wins below, zero-copy above
 DRAIN_MAX_S = 0.02  # one socket's turn of receiving, before the loop's timers get theirs
+RECEIVE_BUDGET = 512  # messages per turn of a socket
 
 
 def check_params(params: np.ndarray) -> np.ndarray:
@@ -133,6 +134,7 @@ class Endpoint:
         self._security: Security | None = None
         self._router: zmq.Socket | None = None
         self._poller = zmq.Poller()
+        self._router_paused = False
         self._reply_sockets: list[zmq.Socket] = []
         self._out_peers: dict[zmq.Socket, Peer] = {}
         self._last_expire = time.monotonic()
@@ -263,11 +265,18 @@ class Endpoint:
             clock = time.monotonic
             loop = self.loop_stats
             while not self._stop_requested.is_set():
-                timeout = min(_POLL_MAX_S, self._poll_timeout_s())
+                budget = self._receive_budget()
+                if (budget == 0) != self._router_paused:  # back-pressure: leave arrivals in zmq/TCP
+                    self._router_paused = budget == 0
+                    if self._router_paused:
+                        self._poller.unregister(self._router)
+                    else:
+                        self._poller.register(self._router, zmq.POLLIN)
+                timeout = min(_POLL_MAX_S, self._poll_timeout_s(), 0.01 if self._router_paused else 1.0)
                 events = dict(self._poller.poll(int(timeout * 1000)))
                 t0 = clock()
                 if self._router in events:
-                    self._drain(self._router, routed=True)
+                    self._drain(self._router, routed=True, budget=budget)
                 for sock in list(self._reply_sockets):
                     if events.get(sock, 0) & zmq.POLLIN and not sock.closed:
                         self._drain(sock, routed=False)
@@ -298,6 +307,10 @@ class Endpoint:
 
     def _poll_timeout_s(self) -> float:
         return _POLL_MAX_S
+
+    def _receive_budget(self) -> int:
+        """Messages the ROUTER may deliver this turn; 0 leaves them queued (a role slowing its senders)."""
+        return RECEIVE_BUDGET
 
     def _drain_wake(self) -> None:
         self._wake_pending = False
@@ -330,7 +343,7 @@ class Endpoint:
     def _on_commands(self, items: list[tuple]) -> None:
         raise NotImplementedError(items[0][0])
 
-    def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = 512) -> None:
+    def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = RECEIVE_BUDGET) -> None:
         """Handle what waits on ``sock``: at most ``budget`` messages and about DRAIN_MAX_S of work,
         so the loop's timers (beats, expiry) run between turns however much arrives. What is left
         waits in zmq's receive queue (RCVHWM), then in TCP: senders are slowed, not lost."""
@@ -482,7 +495,17 @@ class Endpoint:
         if droppable and len(peer.pending) >= self.config.peer_queue_messages:
             peer.dropped += 1
             return False
-        batches = self._frames(message)
+        return self._post_frames(peer, self._frames(message), token=token, urgent=urgent)
+
+    def _post_frames(
+        self, peer: Peer, batches: list[list[Any]], *, droppable: bool = False, token: Any = None,
+        urgent: bool = False,
+    ) -> bool:
+        """``_post`` of a message already encoded (``_frames``): one encoding sent to many peers."""
+        if droppable and len(peer.pending) >= self.config.peer_queue_messages:
+            peer.dropped += 1
+            return False
+        batches = list(batches)
         if urgent and peer.pending and len(batches) == 1:
             peer.pending.appendleft((batches[0], token))
             self._watch_out(peer, True)
@@ -614,6 +637,7 @@ class Endpoint:
             self._reject(exc.reason, exc.detail)
             return False
         self.counters_.applied(fields["origin"])
+        self.counters_.gauges["last_applied_at"] = time.time()  # when the last update arrived (benchmarks)
         return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
