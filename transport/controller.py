@@ -447,6 +447,8 @@ class Controller(Endpoint):
             self._send_beats()
         if self._downloads:
             self._serve_downloads()
+        elif self._downloads.current is not None:  # an idle snapshot is freed once the master moves on
+            self._downloads.forget_stale(self.counters_["updates_applied"])
 
     def _send_beats(self) -> None:
         """Beats travel on their own path: back through the ROUTER on the connection each member
