@@ -451,22 +451,21 @@ class Controller(Endpoint):
             self._downloads.forget_stale(self.counters_["updates_applied"])
 
     def _send_beats(self) -> None:
-        """Beats travel on their own path: back through the ROUTER on the connection each member
-        joined from, which carries only replies, never behind the relayed updates and parameter
-        chunks queued on the controller's connection to that member. Only where that fails (the
-        member's connection is being re-established) does the beat take the data path, at its head."""
-        beat = Message(
-            Op.HEARTBEAT,
-            {"mesh_version": self.mesh.version, "stats": {}, "watermark": self.seen.watermark()},
-            src=CONTROLLER_ID,
-        )
-        frames = encode_frames(beat)
+        """Two beats per member. The liveness beat travels on its own path: back through the ROUTER
+        on the connection the member joined from (which carries only replies), never behind the
+        relayed updates and download chunks queued on the controller's connection to it. The beat
+        with the watermarks stays on that data connection, in order with the relayed updates: a
+        node compares its own watermarks with it ("am I behind?"), and a watermark that overtook the
+        updates it counts would make a node on a slow pipe re-sync for nothing."""
+        watermark = self.seen.watermark()
+        fields = {"mesh_version": self.mesh.version, "stats": {}}
+        alive = encode_frames(Message(Op.HEARTBEAT, {**fields, "watermark": {}}, src=CONTROLLER_ID))
+        beat = Message(Op.HEARTBEAT, {**fields, "watermark": watermark}, src=CONTROLLER_ID)
         for node_id, peer in self._peers.items():
             identity = self._identity.get(node_id)
-            if identity is not None and self._try_send_routed(identity, frames):
-                continue
-            self.counters_.add("beats_on_data_path")
-            self._post(peer, beat, urgent=True)
+            if identity is None or not self._try_send_routed(identity, alive):
+                self.counters_.add("beats_on_data_path_only")
+            self._post(peer, beat)
 
     def _try_send_routed(self, identity: bytes, frames: list[Any]) -> bool:
         try:

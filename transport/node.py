@@ -617,12 +617,15 @@ class Node(Endpoint):
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if not self._from_controller(msg) or self.state is NodeState.JOINING:
             return
-        now = time.monotonic()
-        if self._last_ctrl_beat:  # the longest silence between two of the controller's beats
-            gap = (now - self._last_ctrl_beat) * 1000.0
-            if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
-                self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
-        self._last_ctrl_beat = now
+        if identity is None:  # the controller's liveness beat, on our own connection: a sign of life only
+            now = time.monotonic()
+            if self._last_ctrl_beat:  # the longest silence between two of the controller's beats
+                gap = (now - self._last_ctrl_beat) * 1000.0
+                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
+                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
+            self._last_ctrl_beat = now
+            return
+        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
         self._ctrl_origins = set(latest)
         self._prune_origins(latest)

@@ -22,11 +22,13 @@ MISSED_BEATS = 4
 
 @pytest.mark.slow
 @pytest.mark.timeout(170)
-def test_a_join_burst_of_a_large_model_loses_no_member(cluster) -> None:
+@pytest.mark.parametrize("mesh", ["plain", "mesh"])
+def test_a_join_burst_of_a_large_model_loses_no_member(cluster, mesh: str) -> None:
     keys = cluster.tmp / "keys"
     write_keys(generate_keys(), keys)  # CurveZMQ, the daemons' default: encryption is part of the load
-    cluster.start_controller(
-        params=PARAMS, heartbeat_ms=HEARTBEAT_MS, missed_beats=MISSED_BEATS, keys=str(keys)
+    cluster.start_controller(  # MESH with fan-out 2: two levels, updates relayed through nodes
+        params=PARAMS, mesh=mesh, fan_out=2, heartbeat_ms=HEARTBEAT_MS, missed_beats=MISSED_BEATS,
+        keys=str(keys),
     )
     nodes = [
         cluster.start_node(
