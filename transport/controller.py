@@ -21,7 +21,13 @@ from psrv.transport.batch import batch_message, groups
 from psrv.transport.codec import encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES, Downloads, Snapshot
+from psrv.transport.downloads import (
+    DOWNLOAD_CHUNK_MAX_BYTES,
+    DOWNLOAD_TURN_BYTES,
+    Download,
+    Downloads,
+    Snapshot,
+)
 from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.membership import HeartbeatTimer, Membership
@@ -321,8 +327,9 @@ class Controller(Endpoint):
         return snapshot
 
     def _serve_downloads(self) -> None:
-        """Hand each active download its next chunk, in turns, while its connection has room and
-        nothing waits before it; at most DOWNLOAD_TURN_BYTES per loop iteration."""
+        """Hand each active download its next chunk, in turns, at most DOWNLOAD_TURN_BYTES per loop
+        iteration. A member whose connection is backed up gets one chunk at a time in its overflow
+        queue, behind the relays already there: the download waits its turn, never starves."""
         budget = DOWNLOAD_TURN_BYTES
         progressed = True
         while budget > 0 and self._downloads and progressed:
@@ -332,10 +339,10 @@ class Controller(Endpoint):
                 if peer is None:
                     self._downloads.cancel(download.node_id)
                     continue
-                if peer.pending:  # its relays wait for room: the download waits behind them
+                if download.queued:  # its previous chunk still waits behind the relays
                     continue
                 part = download.plan.part(download.next_index)
-                if not self._send_part(peer, part):
+                if not self._send_part(peer, part, download):
                     continue
                 download.next_index += 1
                 budget -= frame_size(part.buffers[0])
@@ -363,9 +370,13 @@ class Controller(Endpoint):
         self.counters_.add("receive_throttled")
         return THROTTLE_BUDGET
 
-    def _send_part(self, peer: Peer, part: Message) -> bool:
-        """Hand one chunk of a download to the member's socket (False: no room now, try later)."""
-        return self._try_send(peer.socket, encode_frames(part))
+    def _send_part(self, peer: Peer, part: Message, download: Download) -> bool:
+        """Hand one chunk of a download to the member's socket, or queue it behind what waits there."""
+        frames = encode_frames(part)
+        if not peer.pending and self._try_send(peer.socket, frames):
+            return True
+        download.queued = True
+        return self._post_frames(peer, [frames], token=download)
 
     def _poll_timeout_s(self) -> float:
         return 0.002 if self._downloads else super()._poll_timeout_s()

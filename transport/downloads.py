@@ -57,10 +57,15 @@ class Download:
     snapshot: Snapshot
     plan: ChunkPlan
     next_index: int = 0
+    queued: bool = False  # a chunk of it waits in the member's overflow queue (one at most)
 
     @property
     def done(self) -> bool:
         return self.next_index >= self.plan.count
+
+    def sent(self) -> None:
+        """The queued chunk reached the socket (called like a SentToken's ``sent``)."""
+        self.queued = False
 
 
 @dataclass
