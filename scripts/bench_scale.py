@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -220,6 +221,10 @@ def one_run(mode: str, n: int, args: argparse.Namespace) -> Run:
                    lost, diff, int(ctrl_line.get("updates_applied", 0)), expected)
     finally:
         daemons.close()
+        if args.keep:
+            say(f"  logs and dumps kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)  # (N + 1) dumps of the model
 
 
 def generator_rates(params: int, sparsity: float, seconds: float) -> tuple[float, float]:
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--insecure", action="store_true",
                    help="run without CurveZMQ (keys are on otherwise, as in the daemons)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the results here")
+    p.add_argument("--keep", action="store_true", help="keep each run's logs and dumps (else deleted)")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.nodes.split(",") if x]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -61,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="start sending only once the controller counts N live nodes (0 = at once)",
+        help="start sending only once the controller counts N live nodes that have caught up "
+        "(0 = at once)",
     )
     p.add_argument("--join-timeout", type=float, default=30.0, help="seconds to keep retrying the join")
     p.add_argument(
@@ -81,7 +82,11 @@ def wait_for_nodes(
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while count > 0 and not stop.is_set():
-        live = [n for n in request_status(address, config, timeout_s)["nodes"] if n["state"] == "online"]
+        live = [
+            n
+            for n in request_status(address, config, timeout_s)["nodes"]
+            if n["state"] == "online" and n["stats"].get("state") == "running"  # caught up (its beats say)
+        ]
         if len(live) >= count:
             return
         if time.monotonic() > deadline:
