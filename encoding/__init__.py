@@ -9,7 +9,15 @@ The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DI
 from __future__ import annotations
 
 from psrv.encoding._kernels import load_all as preload_kernels
-from psrv.encoding.codec import MessageInfo, decode, encode, encode_counted, float32_threshold, message_info
+from psrv.encoding.codec import (
+    MessageInfo,
+    decode,
+    encode,
+    encode_counted,
+    float32_threshold,
+    message_info,
+    sparse_message,
+)
 from psrv.encoding.errors import (
     EncodingError,
     InvalidStateError,
@@ -47,5 +55,6 @@ __all__ = [
     "message_info",
     "post_processor_from_state",
     "preload_kernels",
+    "sparse_message",
     "threshold_algorithm_from_state",
 ]

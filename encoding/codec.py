@@ -178,6 +178,33 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
     return message, total
 
 
+def sparse_message(indices: np.ndarray, negative: np.ndarray, n: int, threshold: float) -> np.ndarray:
+    """The sparse-form message carrying +-tau at ``indices`` (strictly ascending, in [0, n)) of a
+    vector of ``n`` elements; ``negative[i]`` gives index i the sign -tau. Costs O(len(indices)),
+    not O(n): what a generator of synthetic updates (or a sparse producer) uses instead of encoding
+    a dense residual. Raises ValueError for indices that are unsorted, repeated or out of range."""
+    tau32 = float32_threshold(threshold)
+    if not 0 < n < 2**31:
+        raise ValueError(f"n must be in [1, 2**31 - 1], got {n}")
+    idx = np.asarray(indices)
+    neg = np.asarray(negative, dtype=bool)
+    if idx.ndim != 1 or neg.shape != idx.shape or idx.dtype.kind not in "iu":
+        raise ValueError(f"indices must be a 1-D int array and negative a bool array of the same shape, "
+                         f"got {idx.dtype}{list(idx.shape)} and {neg.dtype}{list(neg.shape)}")
+    count = idx.shape[0]
+    if count and (idx[0] < 0 or idx[-1] >= n or (count > 1 and np.any(idx[1:] <= idx[:-1]))):
+        raise ValueError(f"indices must be strictly ascending within [0, {n}), got {idx[:8]}...")
+    if count >= bitmap_words(n):
+        raise ValueError(f"{count} of {n} elements is denser than the sparse form holds "
+                         f"(fewer than {bitmap_words(n)}); encode a dense residual instead")
+    message = np.empty(HEADER_WORDS + count, dtype=np.int32)
+    message[:HEADER_WORDS] = (count, n, _tau_bits(tau32), SPARSE)
+    body = message[HEADER_WORDS:]
+    np.add(idx, 1, out=body, casting="unsafe")
+    np.negative(body, out=body, where=neg)
+    return message
+
+
 _local = threading.local()
 _SCRATCH_SIZES_KEPT = 4
 

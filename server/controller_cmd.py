@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import numpy as np
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 break
     finally:
         controller.stop()
+    print(json.dumps(controller.counters(), sort_keys=True, default=str), flush=True)
     if args.dump:
         np.save(args.dump, controller.params)
     if controller.error is not None:

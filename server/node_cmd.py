@@ -61,7 +61,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="start sending only once the controller counts N live nodes (0 = at once)",
+        help="start sending only once the controller counts N live nodes that have caught up "
+        "(0 = at once)",
     )
     p.add_argument("--join-timeout", type=float, default=30.0, help="seconds to keep retrying the join")
     p.add_argument(
@@ -81,14 +82,18 @@ def wait_for_nodes(
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while count > 0 and not stop.is_set():
-        live = [n for n in request_status(address, config, timeout_s)["nodes"] if n["state"] == "online"]
+        live = [
+            n
+            for n in request_status(address, config, timeout_s)["nodes"]
+            if n["state"] == "online" and n["stats"].get("state") == "running"  # caught up (its beats say)
+        ]
         if len(live) >= count:
             return
         if time.monotonic() > deadline:
             raise JoinError(
                 f"only {len(live)} of the {count} nodes awaited joined {address} within {timeout_s} s"
             )
-        stop.wait(0.1)
+        stop.wait(0.25)  # each poll is a status request the controller answers
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
                 except TransportError:
                     break
                 sent += 1
+                if sent == 1:
+                    node.counters_.gauges["synthetic_started_at"] = time.time()
                 node.counters_.gauges["synthetic_sent"] = sent  # reported with the heartbeats
                 next_at = max(next_at + interval, now - 1.0)
             else:

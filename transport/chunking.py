@@ -22,37 +22,49 @@ def needs_chunking(message: Message, chunk_bytes: int) -> bool:
     return sum(frame_size(b) for b in message.buffers) > chunk_bytes
 
 
-def split_message(message: Message, chunk_bytes: int, msg_id: int) -> list[Message]:
-    """CHUNK messages carrying ``message``; slices are views of its buffers (no copy)."""
-    inner = message.header()
-    views = [as_buffer(b) for b in message.buffers]
-    lengths = [v.nbytes for v in views]
-    total = sum(lengths)
-    pieces: list[tuple[int, memoryview]] = []
-    offset = 0
-    for view in views:
-        for start in range(0, view.nbytes, chunk_bytes):
-            pieces.append((offset + start, view[start : start + chunk_bytes]))
-        offset += view.nbytes
-    # a piece never spans two buffers, so count may exceed ceil(total / chunk_bytes) by one per buffer
-    count = len(pieces)
-    return [
-        Message(
+class ChunkPlan:
+    """The CHUNK messages of ``message``, built one at a time (``part(i)``): a large reply can be
+    handed to a socket piece by piece, interleaved with other traffic. Slices are views of its
+    buffers (no copy); a piece never spans two buffers, so ``count`` may exceed
+    ceil(total / chunk_bytes) by one per buffer."""
+
+    def __init__(self, message: Message, chunk_bytes: int, msg_id: int) -> None:
+        self.inner = message.header()
+        self.src = message.src
+        self.msg_id = msg_id
+        views = [as_buffer(b) for b in message.buffers]
+        self.lengths = [v.nbytes for v in views]
+        self.total = sum(self.lengths)
+        self.pieces: list[tuple[int, memoryview]] = []
+        offset = 0
+        for view in views:
+            for start in range(0, view.nbytes, chunk_bytes):
+                self.pieces.append((offset + start, view[start : start + chunk_bytes]))
+            offset += view.nbytes
+        self.count = len(self.pieces)
+
+    def part(self, index: int) -> Message:
+        off, piece = self.pieces[index]
+        return Message(
             Op.CHUNK,
             {
-                "msg_id": msg_id,
-                "index": i,
-                "count": count,
+                "msg_id": self.msg_id,
+                "index": index,
+                "count": self.count,
                 "offset": off,
-                "total": total,
-                "inner": inner,
-                "lengths": lengths,
+                "total": self.total,
+                "inner": self.inner,
+                "lengths": self.lengths,
             },
             [piece],
-            message.src,
+            self.src,
         )
-        for i, (off, piece) in enumerate(pieces)
-    ]
+
+
+def split_message(message: Message, chunk_bytes: int, msg_id: int) -> list[Message]:
+    """CHUNK messages carrying ``message``; slices are views of its buffers (no copy)."""
+    plan = ChunkPlan(message, chunk_bytes, msg_id)
+    return [plan.part(i) for i in range(plan.count)]
 
 
 @dataclass

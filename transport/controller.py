@@ -16,10 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import zmq
 from psrv.transport.batch import batch_message, groups
+from psrv.transport.codec import encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.endpoint import ApplyHook, Endpoint
+from psrv.transport.downloads import (
+    DOWNLOAD_CHUNK_MAX_BYTES,
+    DOWNLOAD_TURN_BYTES,
+    Download,
+    Downloads,
+    Snapshot,
+)
+from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.membership import HeartbeatTimer, Membership
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
@@ -29,6 +38,9 @@ from psrv.transport.peer import Peer
 _DEPARTED_KEPT = 256
 _RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
 _NAMES_KEPT = 65536
+CHECKSUM_MIN_INTERVAL_S = 1.0
+THROTTLE_READ_S = 0.05  # back-pressure: one small read this often while a member's queue is half full
+THROTTLE_BUDGET = 64
 
 
 @dataclass
@@ -79,6 +91,10 @@ class Controller(Endpoint):
         self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
         self._join_refill = time.monotonic()
         self._last_tick = time.monotonic()
+        self._downloads = Downloads(min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES))
+        self._checksum: tuple[int, float, dict[str, Any]] | None = None  # (master version, when, sums)
+        self._last_throttled_read = 0.0
+        self._checksum_running = False
 
     def _on_start(self) -> None:
         self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=self.address)
@@ -102,10 +118,12 @@ class Controller(Endpoint):
         if msg.op is Op.JOIN or msg.op is Op.STATUS_REQUEST:
             return True
         bound = self._identity.get(msg.src)
-        if bound is not None and bound != identity:
-            raise FrameRejectedError(
-                "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
-            )
+        if bound is not None:
+            if bound != identity:
+                raise FrameRejectedError(
+                    "bad_sender", f"{msg.op} claiming node {msg.src} from a connection it did not join from"
+                )
+            self.membership.heard(msg.src)  # any frame of a member's is a sign of life, not only its beats
         return True  # a non-member is told to rejoin by the handler (see _member)
 
     def _origin_allowed(self, origin: int, came_from: int) -> bool:
@@ -242,52 +260,126 @@ class Controller(Endpoint):
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
     def _relay(self, items: list[tuple[dict, Any]], came_from: int) -> None:
-        for target in self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from):
+        targets = self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from)
+        if not targets:
+            return
+        encoded = [(len(group), self._frames(batch_message(group, CONTROLLER_ID))) for group in groups(items)]
+        for target in targets:  # encoded once, sent to every target (PLAIN: every other member)
             peer = self._peers.get(target)
-            for group in groups(items):
-                if peer is not None and self._post(peer, batch_message(group, CONTROLLER_ID), droppable=True):
-                    self.counters_.add("updates_relayed", len(group))
+            for count, batches in encoded:
+                if peer is not None and self._post_frames(peer, batches, droppable=True):
+                    self.counters_.add("updates_relayed", count)
                 else:
-                    self.counters_.add("updates_dropped_backpressure", len(group))
+                    self.counters_.add("updates_dropped_backpressure", count)
                     self._limited.warning(
                         f"drop:{target}", "controller: send queue of node %d full, update dropped", target
                     )
 
     def on_params_request(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
-        with self.lock:
-            params = self.params.copy()
-            updater = (
-                self.updater_state.copy()
-                if (msg["want_updater"] and self.updater_state is not None)
-                else None
-            )
-        watermark = self.seen.watermark()
-        extra = self.seen.above_watermark()
-        buffers: list[Any] = [params] + ([updater] if updater is not None else [])
-        reply = Message(
-            Op.PARAMS_REPLY,
-            {
-                "request_id": msg["request_id"],
-                "dtype": params.dtype.str,
-                "size": int(params.size),
-                "updater_dtype": None if updater is None else updater.dtype.str,
-                "updater_size": 0 if updater is None else int(updater.size),
-                "watermark": watermark,
-                "extra_seen": extra,
-            },
-            buffers,
-            src=CONTROLLER_ID,
+        want_updater = bool(msg["want_updater"]) and self.updater_state is not None
+        version = self.counters_["updates_applied"]
+        peer = self._peers[msg.src]
+        snapshot = self._downloads.snapshot_for(
+            msg.src, version, want_updater, peer.dropped, self.config.replay_ring_messages // 2
         )
+        shared = snapshot is not None
+        if snapshot is None:
+            snapshot = self._take_snapshot(version, want_updater)
+        reply_fields = {
+            "request_id": msg["request_id"],
+            "dtype": snapshot.params.dtype.str,
+            "size": int(snapshot.params.size),
+            "updater_dtype": None if not want_updater else snapshot.updater.dtype.str,
+            "updater_size": 0 if not want_updater else int(snapshot.updater.size),
+            "watermark": snapshot.watermark,
+            "extra_seen": snapshot.extra_seen,
+        }
         self.log.info(
-            "sending params (%d values, %d origins in the watermark) to node %d",
-            params.size,
-            len(watermark),
+            "sending params (%d values, %d origins in the watermark, %s snapshot) to node %d",
+            snapshot.params.size,
+            len(snapshot.watermark),
+            "a shared" if shared else "a new",
             msg.src,
         )
-        # on the pipe the node's relayed updates take (never dropped, queued if full): whatever was
-        # relayed before this snapshot arrives before it, whatever after, after it
-        self._post(self._peers[msg.src], reply)
+        self.counters_.add("downloads_shared" if shared else "downloads_new_snapshot")
+        # served chunk by chunk by _serve_downloads, on the pipe the node's relayed updates take:
+        # whatever was relayed before the snapshot arrives before its chunks; whatever after may come
+        # between them, and the node (syncing) holds it and applies what the snapshot lacks
+        self._downloads.start(msg.src, snapshot, reply_fields, next(self._msg_ids), CONTROLLER_ID)
+
+    def _take_snapshot(self, version: int, want_updater: bool) -> Snapshot:
+        with self.lock:
+            params = self.params.copy()
+            updater = self.updater_state.copy() if want_updater else None
+        params.flags.writeable = False
+        if updater is not None:
+            updater.flags.writeable = False
+        snapshot = Snapshot(
+            params,
+            updater,
+            self.seen.watermark(),
+            self.seen.above_watermark(),
+            version,
+            {node_id: peer.dropped for node_id, peer in self._peers.items()},
+        )
+        self._downloads.adopt(snapshot)
+        return snapshot
+
+    def _serve_downloads(self) -> None:
+        """Hand each active download its next chunk, in turns, at most DOWNLOAD_TURN_BYTES per loop
+        iteration. A member whose connection is backed up gets one chunk at a time in its overflow
+        queue, behind the relays already there: the download waits its turn, never starves."""
+        budget = DOWNLOAD_TURN_BYTES
+        progressed = True
+        while budget > 0 and self._downloads and progressed:
+            progressed = False
+            for download in self._downloads.next_turns():
+                peer = self._peers.get(download.node_id)
+                if peer is None:
+                    self._downloads.cancel(download.node_id)
+                    continue
+                if download.queued:  # its previous chunk still waits behind the relays
+                    continue
+                part = download.plan.part(download.next_index)
+                if not self._send_part(peer, part, download):
+                    continue
+                download.next_index += 1
+                budget -= frame_size(part.buffers[0])
+                progressed = True
+                if download.done:
+                    self._downloads.finished(download.node_id)
+                if budget <= 0:
+                    break
+        self._downloads.forget_stale(self.counters_["updates_applied"])
+
+    def _receive_budget(self) -> int:
+        """Back-pressure: while a member's overflow queue is half full, read a little at a time
+        (every 50 ms; every half beat once it is 90 % full) instead of relaying copies that would be
+        dropped: the senders' queues fill and their ``submit`` waits. Every member is still read
+        often enough to be heard (any frame counts), and a dead one still times out."""
+        deepest = max((len(p.pending) for p in self._out_peers.values()), default=0)
+        limit = self.config.peer_queue_messages
+        if deepest < limit // 2:
+            return super()._receive_budget()
+        now = time.monotonic()
+        interval = THROTTLE_READ_S if deepest < limit * 0.9 else self.config.heartbeat_s / 2
+        if now - self._last_throttled_read < interval:
+            return 0
+        self._last_throttled_read = now
+        self.counters_.add("receive_throttled")
+        return THROTTLE_BUDGET
+
+    def _send_part(self, peer: Peer, part: Message, download: Download) -> bool:
+        """Hand one chunk of a download to the member's socket, or queue it behind what waits there."""
+        frames = encode_frames(part)
+        if not peer.pending and self._try_send(peer.socket, frames):
+            return True
+        download.queued = True
+        return self._post_frames(peer, [frames], token=download)
+
+    def _poll_timeout_s(self) -> float:
+        return 0.002 if self._downloads else super()._poll_timeout_s()
 
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         self._member(msg, identity, sock)
@@ -306,6 +398,7 @@ class Controller(Endpoint):
     def _remove(self, node_id: int, state: str, reason: str) -> None:
         moved = self.mesh.remove_node(node_id)
         self.membership.forget(node_id)
+        self._downloads.cancel(node_id)
         peer = self._peers.pop(node_id, None)
         if peer is not None:
             self._close_peer(peer, 0.0)  # whatever was queued for it is freed now
@@ -361,13 +454,37 @@ class Controller(Endpoint):
             if node_id in self._peers:
                 self._remove(node_id, "offline", f"silent for more than {timeout:.2f} s")
         if self._beat.due():
-            beat = Message(
-                Op.HEARTBEAT,
-                {"mesh_version": self.mesh.version, "stats": {}, "watermark": self.seen.watermark()},
-                src=CONTROLLER_ID,
-            )
-            for peer in self._peers.values():
-                self._post(peer, beat)
+            self.loop_stats.beat_sent(self._beat.lateness_s)
+            self._send_beats()
+        if self._downloads:
+            self._serve_downloads()
+        elif self._downloads.current is not None:  # an idle snapshot is freed once the master moves on
+            self._downloads.forget_stale(self.counters_["updates_applied"])
+
+    def _send_beats(self) -> None:
+        """Two beats per member. The liveness beat travels on its own path: back through the ROUTER
+        on the connection the member joined from (which carries only replies), never behind the
+        relayed updates and download chunks queued on the controller's connection to it. The beat
+        with the watermarks stays on that data connection, in order with the relayed updates: a
+        node compares its own watermarks with it ("am I behind?"), and a watermark that overtook the
+        updates it counts would make a node on a slow pipe re-sync for nothing."""
+        watermark = self.seen.watermark()
+        fields = {"mesh_version": self.mesh.version, "stats": {}}
+        alive = encode_frames(Message(Op.HEARTBEAT, {**fields, "watermark": {}}, src=CONTROLLER_ID))
+        beat = Message(Op.HEARTBEAT, {**fields, "watermark": watermark}, src=CONTROLLER_ID)
+        for node_id, peer in self._peers.items():
+            identity = self._identity.get(node_id)
+            if identity is None or not self._try_send_routed(identity, alive):
+                self.counters_.add("beats_on_data_path_only")
+            self._post(peer, beat)
+
+    def _try_send_routed(self, identity: bytes, frames: list[Any]) -> bool:
+        try:
+            self._router.send_multipart([identity, *frames], flags=zmq.NOBLOCK)
+        except (zmq.Again, zmq.ZMQError):  # a full pipe, or EHOSTUNREACH (ROUTER_MANDATORY): not connected
+            return False
+        self.counters_.add("frames_out")
+        return True
 
     def _prune_departed(self, now: float) -> None:
         """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
@@ -439,6 +556,48 @@ class Controller(Endpoint):
             "params_size": int(self.params.size),
             "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
         }
+
+    def counters(self) -> dict[str, Any]:
+        """The counters and the master copy's checksum (``checksum_updates``: the update count it is of).
+
+        The checksum (three passes over the model) is computed again only once the master changed.
+        Above checksum_max_params, asked on the I/O thread (a `status` request), it is computed on a
+        copy in a background thread at most once per CHECKSUM_MIN_INTERVAL_S and the status shows the
+        latest one finished (None before the first): nodes polling `status` during a join burst made
+        the I/O thread spend seconds on it (issue 15). Asked from another thread it is exact."""
+        snap = self.counters_.snapshot()
+        snap["node_id"] = self.node_id
+        snap["address"] = self.address
+        version, now = self.counters_["updates_applied"], time.monotonic()
+        cached = self._checksum
+        if cached is None or cached[0] != version:
+            large = self.params.size > self.config.checksum_max_params
+            if large and threading.current_thread() is self._thread:
+                due = cached is None or now - cached[1] >= CHECKSUM_MIN_INTERVAL_S
+                if due and not self._checksum_running:
+                    self._checksum_running = True
+                    threading.Thread(target=self._checksum_copy, name="psrv-checksum", daemon=True).start()
+            else:
+                with self.lock:
+                    version = self.counters_["updates_applied"]
+                    cached = self._checksum = (version, now, params_checksum(self.params))
+        if cached is None:
+            snap.update({"params_sum": None, "params_abs_sum": None, "params_crc32": None})
+            snap["checksum_updates"] = None
+        else:
+            snap.update(cached[2])
+            snap["checksum_updates"] = cached[0]
+        return snap
+
+    def _checksum_copy(self) -> None:
+        """Off the I/O thread: copy the master under the lock (milliseconds), sum the copy."""
+        try:
+            with self.lock:
+                version = self.counters_["updates_applied"]
+                copy = self.params.copy()
+            self._checksum = (version, time.monotonic(), params_checksum(copy))
+        finally:
+            self._checksum_running = False
 
     def member_names(self) -> dict[int, str | None]:
         """Every node id this controller admitted (the newest 65 536) and the name it joined with:

@@ -35,6 +35,7 @@ from psrv.transport.errors import (
     TransportConfigError,
     TransportError,
 )
+from psrv.transport.loopstats import LoopStats
 from psrv.transport.messages import Message, Op, handler_table
 from psrv.transport.netmask import choose_address
 from psrv.transport.payload import check_payload
@@ -45,6 +46,8 @@ ApplyHook = Callable[[np.ndarray, dict], None]
 _instance_ids = itertools.count(1)
 _POLL_MAX_S = 0.05
 ZERO_COPY_MIN_BYTES = 128 * 1024  # measured with pyzmq 27: copying wins below, zero-copy above
+DRAIN_MAX_S = 0.02  # one socket's turn of receiving, before the loop's timers get theirs
+RECEIVE_BUDGET = 512  # messages per turn of a socket
 
 
 def check_params(params: np.ndarray) -> np.ndarray:
@@ -131,6 +134,7 @@ class Endpoint:
         self._security: Security | None = None
         self._router: zmq.Socket | None = None
         self._poller = zmq.Poller()
+        self._router_paused = False
         self._reply_sockets: list[zmq.Socket] = []
         self._out_peers: dict[zmq.Socket, Peer] = {}
         self._last_expire = time.monotonic()
@@ -139,6 +143,7 @@ class Endpoint:
         # this process's secret routing id: every DEALER it opens presents it, and the receiver
         # accepts a member's messages only from the routing id the controller bound to that member
         self.routing_id = uuid.uuid4().bytes
+        self.loop_stats = LoopStats(self.counters_.gauges)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Endpoint:
@@ -257,27 +262,39 @@ class Endpoint:
     def _run(self) -> None:
         try:
             self._on_start()
+            clock = time.monotonic
+            loop = self.loop_stats
             while not self._stop_requested.is_set():
-                timeout = min(_POLL_MAX_S, self._poll_timeout_s())
+                budget = self._receive_budget()
+                if (budget == 0) != self._router_paused:  # back-pressure: leave arrivals in zmq/TCP
+                    self._router_paused = budget == 0
+                    if self._router_paused:
+                        self._poller.unregister(self._router)
+                    else:
+                        self._poller.register(self._router, zmq.POLLIN)
+                timeout = min(_POLL_MAX_S, self._poll_timeout_s(), 0.01 if self._router_paused else 1.0)
                 events = dict(self._poller.poll(int(timeout * 1000)))
+                t0 = clock()
                 if self._router in events:
-                    self._drain(self._router, routed=True)
+                    self._drain(self._router, routed=True, budget=budget)
                 for sock in list(self._reply_sockets):
                     if events.get(sock, 0) & zmq.POLLIN and not sock.closed:
                         self._drain(sock, routed=False)
+                t1 = clock()
                 for sock, peer in list(self._out_peers.items()):
                     if events.get(sock, 0) & zmq.POLLOUT:
                         self._flush(peer)
                 if self._wake_pull in events:
                     self._drain_wake()
                 self._drain_commands()
-                now = time.monotonic()
-                if now - self._last_expire > 1.0:
-                    self._last_expire = now
+                t2 = clock()
+                if t2 - self._last_expire > 1.0:
+                    self._last_expire = t2
                     dropped = self._reassembler.expire()
                     for _ in range(dropped):
                         self.counters_.reject("chunk_expired")
                 self._tick()
+                loop.record(t0, t1, t2, clock())
             self._on_stop()
         except BaseException as exc:  # the error is surfaced to the caller, never swallowed
             self._error = exc
@@ -290,6 +307,10 @@ class Endpoint:
 
     def _poll_timeout_s(self) -> float:
         return _POLL_MAX_S
+
+    def _receive_budget(self) -> int:
+        """Messages the ROUTER may deliver this turn; 0 leaves them queued (a role slowing its senders)."""
+        return RECEIVE_BUDGET
 
     def _drain_wake(self) -> None:
         self._wake_pending = False
@@ -325,8 +346,15 @@ class Endpoint:
     def _on_commands(self, items: list[tuple]) -> None:
         raise NotImplementedError(items[0][0])
 
-    def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = 512) -> None:
-        for _ in range(budget):
+    def _drain(self, sock: zmq.Socket, *, routed: bool, budget: int = RECEIVE_BUDGET) -> None:
+        """Handle what waits on ``sock``: at most ``budget`` messages and about DRAIN_MAX_S of work,
+        so the loop's timers (beats, expiry) run between turns however much arrives. What is left
+        waits in zmq's receive queue (RCVHWM), then in TCP: senders are slowed, not lost."""
+        deadline = time.monotonic() + DRAIN_MAX_S
+        for i in range(budget):
+            if i and time.monotonic() > deadline:
+                self.counters_.add("drain_yields")
+                return
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -361,7 +389,9 @@ class Endpoint:
             if not self._authenticate(message, identity, sock):
                 return
             if message.op is Op.CHUNK:
+                started = time.monotonic()
                 done = self._reassembler.add((identity, message.src), message)
+                self.loop_stats.handled("chunk", time.monotonic() - started)
                 self._chunk_arrived(message)
                 if done is None:
                     return
@@ -377,7 +407,11 @@ class Endpoint:
                 raise FrameRejectedError(
                     "unknown_type", f"a {self.role} does not accept {message.op} messages"
                 )
-            handler(message, identity, sock)
+            started = time.monotonic()
+            try:
+                handler(message, identity, sock)
+            finally:
+                self.loop_stats.handled(message.op, time.monotonic() - started)
         except FrameRejectedError as exc:
             self._reject(exc.reason, exc.detail)
         except (FatalTransportError, RetryableTransportError):
@@ -446,16 +480,39 @@ class Endpoint:
         values["bytes_out"] += nbytes
         return True
 
-    def _post(self, peer: Peer, message: Message, *, droppable: bool = False, token: Any = None) -> bool:
+    def _post(
+        self,
+        peer: Peer,
+        message: Message,
+        *,
+        droppable: bool = False,
+        token: Any = None,
+        urgent: bool = False,
+    ) -> bool:
         """Send to a peer without blocking, queueing in ``peer.pending`` when its socket is full.
 
         Returns False only for a droppable message (a relayed update) that found the peer's
-        overflow queue full (see peer.py for the policy).
+        overflow queue full (see peer.py for the policy). An ``urgent`` message (a heartbeat: small,
+        unchunked, order-free) that must wait goes to the head of that queue, not behind the data.
         """
         if droppable and len(peer.pending) >= self.config.peer_queue_messages:
             peer.dropped += 1
             return False
-        batches = self._frames(message)
+        return self._post_frames(peer, self._frames(message), token=token, urgent=urgent)
+
+    def _post_frames(
+        self, peer: Peer, batches: list[list[Any]], *, droppable: bool = False, token: Any = None,
+        urgent: bool = False,
+    ) -> bool:
+        """``_post`` of a message already encoded (``_frames``): one encoding sent to many peers."""
+        if droppable and len(peer.pending) >= self.config.peer_queue_messages:
+            peer.dropped += 1
+            return False
+        batches = list(batches)
+        if urgent and peer.pending and len(batches) == 1:
+            peer.pending.appendleft((batches[0], token))
+            self._watch_out(peer, True)
+            return True
         if not peer.pending:
             while batches and self._try_send(peer.socket, batches[0]):
                 batches.pop(0)
@@ -465,6 +522,7 @@ class Endpoint:
                 return True
         for i, frames in enumerate(batches):
             peer.pending.append((frames, token if i == len(batches) - 1 else None))
+        self.loop_stats.queue_depth(len(peer.pending))
         self._watch_out(peer, True)
         return True
 
@@ -582,6 +640,7 @@ class Endpoint:
             self._reject(exc.reason, exc.detail)
             return False
         self.counters_.applied(fields["origin"])
+        self.counters_.gauges["last_applied_at"] = time.time()  # when the last update arrived (benchmarks)
         return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:

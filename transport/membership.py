@@ -130,12 +130,14 @@ class HeartbeatTimer:
         self.interval_s = _positive("interval_s", interval_s)
         self._clock = clock
         self._next: float | None = None  # None: the first beat is due at once
+        self.lateness_s = 0.0  # how late the last beat ``due()`` granted was (a busy loop shows here)
 
     def due(self) -> bool:
         """True when a beat should go out now; the next one is then due ``interval_s`` later."""
         now = self._clock()
         if self._next is not None and now < self._next:
             return False
+        self.lateness_s = 0.0 if self._next is None else now - self._next
         self._next = now + self.interval_s
         return True
 

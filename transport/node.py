@@ -146,6 +146,7 @@ class Node(Endpoint):
         self._sync_retry_s = 0.0
         self._last_sync = 0.0
         self._last_tick = time.monotonic()
+        self._last_ctrl_beat = 0.0
         self._check_request = 0  # request id of the snapshot a check_replica call waits for
         self._check_snapshot: tuple[np.ndarray, dict, dict, int] | None = None
 
@@ -480,6 +481,7 @@ class Node(Endpoint):
                 self._sync_retry_s *= 2  # back off: a slow link is not flooded with copies
                 self._request_params()
         if self._beat.due():
+            self.loop_stats.beat_sent(self._beat.lateness_s)
             self._send_heartbeat()
 
     def _send_heartbeat(self) -> None:
@@ -496,6 +498,7 @@ class Node(Endpoint):
             Message(
                 Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}}, src=self.node_id
             ),
+            urgent=True,  # never behind our own queued updates
         )
 
     # ------------------------------------------------------------------ identity
@@ -533,6 +536,8 @@ class Node(Endpoint):
             raise FrameRejectedError(
                 "bad_sender", f"{msg.op} from node {sender}: only the controller sends it"
             )
+        if sender == CONTROLLER_ID and self._watch is not None:
+            self._watch.heard()  # any frame of the controller's is a sign of life: a chunk of a download too
         return True
 
     def _set_routes(self, routes: dict) -> None:
@@ -619,6 +624,15 @@ class Node(Endpoint):
     def on_heartbeat(self, msg: Message, identity: bytes | None, sock: Any) -> None:
         if not self._from_controller(msg) or self.state is NodeState.JOINING:
             return
+        if identity is None:  # the controller's liveness beat, on our own connection: a sign of life only
+            now = time.monotonic()
+            if self._last_ctrl_beat:  # the longest silence between two of the controller's beats
+                gap = (now - self._last_ctrl_beat) * 1000.0
+                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
+                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
+            self._last_ctrl_beat = now
+            return
+        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
         latest = {int(k): int(v) for k, v in msg["watermark"].items()}
         self._ctrl_origins = set(latest)
         self._prune_origins(latest)

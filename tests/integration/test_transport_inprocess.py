@@ -11,7 +11,6 @@ from conftest import wait_until
 from psrv.encoding import ResidualEncoder, decode
 from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
-from psrv.transport.messages import Op
 
 N = 3000
 
@@ -98,19 +97,21 @@ def test_chunked_catch_up_with_updater_state(roles) -> None:
 
 
 class LosingController(Controller):
-    """Loses the first parameter download: the whole reply, or (``chunk``) one chunk of it."""
+    """Loses the first parameter download: every chunk of it, or (``chunk``) one chunk of it."""
 
     def __init__(self, *args, chunk: bool, **kw) -> None:
         super().__init__(*args, **kw)
         self.chunk = chunk
         self.lost = 0
+        self.lost_msg: int | None = None
 
-    def _frames(self, message):
-        frames = super()._frames(message)
-        if message.op is Op.PARAMS_REPLY and not self.lost:
+    def _send_part(self, peer, part, download):
+        if self.lost_msg is None:
+            self.lost_msg = part["msg_id"]
             self.lost += 1
-            return frames[:1] + frames[2:] if self.chunk else []
-        return frames
+        if part["msg_id"] == self.lost_msg and (not self.chunk or part["index"] == 1):
+            return True  # "sent", and lost on the way
+        return super()._send_part(peer, part, download)
 
 
 @pytest.mark.timeout(60)
@@ -126,6 +127,29 @@ def test_a_lost_download_is_asked_for_again(roles, chunk) -> None:
     assert ctrl.lost == 1 and np.array_equal(node.params, master)
     assert node.counters()["download_retries"] == 1
     assert time.monotonic() - started < 10.0, "asked again after seconds, not at the catch-up deadline"
+
+
+@pytest.mark.timeout(60)
+def test_downloads_through_a_send_queue_of_one_message_wait_their_turn(roles) -> None:
+    """zmq takes one message per connection at a time: the other chunks wait in the overflow queue,
+    one per download, and three nodes still catch up from the one shared snapshot."""
+    cfg = fast(
+        chunk_bytes=4096, max_message_bytes=64 * 1024, max_header_bytes=8 * 1024, peer_queue_messages=1
+    )
+    master = np.arange(N, dtype=np.float32)
+    ctrl = Controller(cfg, master.copy()).start()
+    roles.append(ctrl)
+    nodes = [Node(cfg, np.zeros(N, np.float32), ctrl.address) for _ in range(3)]
+    roles.extend(nodes)
+    threads = [threading.Thread(target=node.start) for node in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(node.running and np.array_equal(node.params, master) for node in nodes)
+    counters = ctrl.counters()
+    assert counters["downloads_new_snapshot"] == 1 and counters["downloads_shared"] == 2
+    assert counters["offline"] == 0
 
 
 @pytest.mark.timeout(60)
