@@ -406,6 +406,13 @@ class Node(Endpoint):
             else:
                 self._unknown_held.append((held_at, msg, identity, sock))
 
+    def _poll_timeout_s(self) -> float:
+        """No poll wait while a join is due: the first JOIN leaves at once (a task's join would
+        otherwise wait out one poll interval, ~50 ms of every epoch's fixed cost)."""
+        if self.state is NodeState.JOINING and time.monotonic() >= self._next_join:
+            return 0.0
+        return super()._poll_timeout_s()
+
     def _tick(self) -> None:
         now = time.monotonic()
         if self._unknown_held:
