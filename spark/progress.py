@@ -12,6 +12,7 @@ always one closing line. The derivation (:class:`ProgressTracker`) and the forma
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import threading
@@ -197,6 +198,7 @@ class LiveProgress:
         self._thread: threading.Thread | None = None
         self._bar: Any = None
         self._last_line = -math.inf
+        self._final: tuple[int, int] | None = None
 
     @classmethod
     def for_controller(cls, controller: Any, setting: Any = True, **kwargs: Any) -> LiveProgress:
@@ -233,6 +235,11 @@ class LiveProgress:
             self._write(f"{self.description}: {line}")
         return view
 
+    def finish_with(self, steps: int, examples: int) -> None:
+        """The job's own totals (its tasks' results) for the closing line: a short epoch can end before
+        any worker's heartbeat carried its counts to the controller, which would read "0 steps"."""
+        self._final = (int(steps), int(examples))
+
     def _write(self, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.stream.write(line + "\n")
@@ -265,5 +272,8 @@ class LiveProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if view is not None and self._final is not None:
+            view = dataclasses.replace(view, steps=max(view.steps, self._final[0]),
+                                       examples=max(view.examples, self._final[1]))
         if view is not None:
             self._write(f"{self.description} done: {format_progress(self.tracker.overall(view))}")

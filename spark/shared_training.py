@@ -462,9 +462,10 @@ class SharedTrainingMaster:
         try:
             job = data.mapPartitions(_partition_trainer(broadcast, loader))
             with LiveProgress.for_controller(controller, self.progress,
-                                             description=f"psrv fit (epoch {int(network.epoch)})"):
+                                             description=f"psrv fit (epoch {int(network.epoch)})") as shown:
                 results = self._collect_with_watchdog(spark_context, job, controller, address,
                                                       live.joins_before)
+                shown.finish_with(sum(r.steps for r in results), sum(r.examples for r in results))
             sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
             # a kept controller keeps what arrives after the drain for the next epoch: no quiet period
             self._drain(controller, live.applied_before + sent, quiet_s=0.0 if live.kept else _DRAIN_QUIET_S)

@@ -123,3 +123,17 @@ def test_progress_setting_is_checked_on_the_driver() -> None:
     assert LiveProgress.for_controller(controller, 30).log_every_s == 30.0
     assert LiveProgress.for_controller(controller, True).log_every_s == 10.0
     assert LiveProgress.for_controller(controller, False).enabled is False
+
+
+def test_the_closing_line_counts_the_jobs_totals_when_no_beat_carried_them() -> None:
+    """A short epoch ends before any heartbeat reached the controller: the closing line takes the
+    steps and examples from the tasks' results instead of saying 0."""
+    clock, stream = _Clock(), io.StringIO()
+    progress = LiveProgress(lambda: ([], {"updates_applied": 7}), stream=stream, interval_s=3600,
+                            log_every_s=10, clock=clock, description="fit")
+    with progress:
+        clock.now = 2.0
+        progress.finish_with(steps=40, examples=640)
+    closing = stream.getvalue().splitlines()[-1]
+    assert closing.startswith("fit done:") and "40 steps, 640 examples" in closing
+    assert "320 ex/s" in closing
