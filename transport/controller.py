@@ -281,7 +281,8 @@ class Controller(Endpoint):
         version = self.counters_["updates_applied"]
         peer = self._peers[msg.src]
         snapshot = self._downloads.snapshot_for(
-            msg.src, version, want_updater, peer.dropped, self.config.replay_ring_messages // 2
+            msg.src, version, want_updater, peer.dropped, self.config.replay_ring_messages // 2,
+            self.seen.watermark().get(msg.src, 0),
         )
         shared = snapshot is not None
         if snapshot is None:

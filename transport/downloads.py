@@ -9,7 +9,9 @@ loop keeps ticking (beats, expiry) and the downloads progress together.
 A snapshot taken at T0 is valid for a node that asked at T1 >= T0 when no update reached the master
 copy since T0, or when the node was already a member at T0: every update applied after T0 was then
 also relayed to it, arrives while it is syncing, and is applied on top (what the snapshot's
-watermark does not cover).
+watermark does not cover) — provided none of the node's OWN updates reached the master since T0
+(those are never relayed back to it). A running node's replica check asks after its own updates, so
+it always gets a snapshot whose watermark covers them (and acknowledges them).
 """
 
 from __future__ import annotations
@@ -40,15 +42,19 @@ class Snapshot:
     readers: int = 0
 
     def valid_for(
-        self, node_id: int, version: int, want_updater: bool, dropped: int, max_behind: int
+        self, node_id: int, version: int, want_updater: bool, dropped: int, max_behind: int,
+        own_watermark: int = 0,
     ) -> bool:
-        """May ``node_id`` (``dropped`` copies dropped for it so far) use this snapshot now?"""
+        """May ``node_id`` (``dropped`` copies dropped for it so far; its own updates applied up to
+        ``own_watermark``) use this snapshot now?"""
         if want_updater and self.updater is None:
             return False
         if version == self.version:
             return True
-        # a member then, every update applied since was relayed to it (none dropped), not too many
-        return self.members.get(node_id) == dropped and version - self.version <= max_behind
+        # a member then, every update applied since was relayed to it (none dropped), none of them its
+        # own (never relayed back to it), not too many
+        return (self.members.get(node_id) == dropped and version - self.version <= max_behind
+                and self.watermark.get(node_id, 0) == own_watermark)
 
 
 @dataclass
@@ -79,11 +85,13 @@ class Downloads:
     snapshots_taken: int = 0
 
     def snapshot_for(
-        self, node_id: int, version: int, want_updater: bool, dropped: int, max_behind: int
+        self, node_id: int, version: int, want_updater: bool, dropped: int, max_behind: int,
+        own_watermark: int = 0,
     ) -> Snapshot | None:
         """The current snapshot if this node may use it (else None: the caller takes a new one)."""
         snap = self.current
-        if snap is not None and snap.valid_for(node_id, version, want_updater, dropped, max_behind):
+        if snap is not None and snap.valid_for(node_id, version, want_updater, dropped, max_behind,
+                                               own_watermark):
             return snap
         return None
 

@@ -18,11 +18,15 @@ def test_a_snapshot_serves_anyone_while_the_master_is_unchanged_and_then_only_un
     downloads = Downloads(chunk_bytes=1024)
     downloads.adopt(snapshot())
     assert downloads.snapshot_for(9, 5, False, 0, 100) is not None  # unchanged: even a newcomer
-    assert downloads.snapshot_for(1, 7, False, 0, 100) is not None  # a member then, nothing dropped for it
+    # a member then, nothing dropped for it, none of its own since (its watermark is still 3)
+    assert downloads.snapshot_for(1, 7, False, 0, 100, own_watermark=3) is not None
     assert downloads.snapshot_for(9, 7, False, 0, 100) is None  # joined later: missed updates 6 and 7
     assert downloads.snapshot_for(2, 7, False, 1, 100) is None  # a relay to it was dropped since
-    assert downloads.snapshot_for(1, 500, False, 0, 100) is None  # too far behind: take a fresh one
+    assert downloads.snapshot_for(1, 500, False, 0, 100, own_watermark=3) is None  # too far behind
     assert downloads.snapshot_for(1, 5, True, 0, 100) is None  # no updater state in it
+    # member 1's own updates 4 and 5 reached the master since: never relayed back to it, so the
+    # snapshot (its watermark for 1 is 3) would not cover them: a fresh one (a replica check's case)
+    assert downloads.snapshot_for(1, 7, False, 0, 100, own_watermark=5) is None
 
 
 def test_a_download_is_served_chunk_by_chunk_and_reassembles_to_the_reply() -> None:

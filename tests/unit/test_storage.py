@@ -109,7 +109,8 @@ def test_torch_network_through_storage(root) -> None:
     from psrv.nn import TorchNetwork
 
     uri, _ = root
-    net = TorchNetwork(torch.nn.Sequential(torch.nn.Linear(3, 2)), loss="mse", input_shape=3, seed=1)
+    net = TorchNetwork(torch.nn.Sequential(torch.nn.Linear(3, 2)), loss=torch.nn.MSELoss(), input_shape=3,
+                       seed=1)
     net.save(storage.join(uri, "t", "net.pt"))
     back = TorchNetwork.load(storage.join(uri, "t", "net.pt"))
     np.testing.assert_array_equal(back.params, net.params)
