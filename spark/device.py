@@ -107,7 +107,7 @@ class DeviceSharing:
         kernel on the device; a malformed one is returned as its error, the others are applied."""
         from psrv.encoding import device as codec
 
-        return list(codec.decode_many(payloads, self.network.flat_params))
+        return codec.decode_many(payloads, self.network.flat_params)
 
     def installed(self, params: np.ndarray) -> None:
         """The node downloaded the master copy into ``params`` (under its lock): put it on the device."""

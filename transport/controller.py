@@ -282,7 +282,7 @@ class Controller(Endpoint):
         peer = self._peers[msg.src]
         snapshot = self._downloads.snapshot_for(
             msg.src, version, want_updater, peer.dropped, self.config.replay_ring_messages // 2,
-            self.seen.watermark().get(msg.src, 0),
+            self.seen.watermark_of(msg.src),
         )
         shared = snapshot is not None
         if snapshot is None:

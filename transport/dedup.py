@@ -128,6 +128,11 @@ class SeenUpdates:
         """Per origin: the highest seq such that every seq at or below it was seen (a copy)."""
         return {origin: state.mark for origin, state in self._origins.items()}
 
+    def watermark_of(self, origin: int) -> int:
+        """``watermark()[origin]`` (0 for an origin never seen), without copying every origin's."""
+        state = self._origins.get(origin)
+        return 0 if state is None else state.mark
+
     def mark_covered(self, watermark: dict[int, int]) -> None:
         """After a catch-up download: everything at or below ``watermark[origin]`` counts as seen."""
         for origin, mark in dict(watermark).items():

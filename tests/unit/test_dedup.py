@@ -23,6 +23,7 @@ def test_origins_are_independent():
     assert not s.first_time(2, 1)
     assert s.watermark() == {0: 1, 1: 1, 2: 1}
     assert s.origins() == [0, 1, 2]
+    assert [s.watermark_of(o) for o in (0, 1, 2, 7)] == [1, 1, 1, 0]  # 7: never seen
 
 
 def test_out_of_order_and_duplicates_exactly_once():
