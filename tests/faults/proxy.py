@@ -423,10 +423,9 @@ class FaultProxy:
         n = 0
         for pair in self._pairs:
             if not pair.closed:
+                self.cuts += 1  # counted before the close: whoever sees the connection end sees the count
                 self._close_pair(pair, reset=reset)
                 n += 1
-        if n:
-            self.cuts += n
         return n
 
     def _close_pair(self, pair: _Pair, reset: bool = False) -> None:
