@@ -1,0 +1,143 @@
+"""The vocabulary between the I/O loop (or the simulation) and the parameter-server roles in server/.
+
+A role (``ControllerMachine``, ``NodeMachine``) is a state machine with no sockets, threads or
+clocks: ``machine.handle(event, now) -> list[Action]``. ``now`` is a monotonic time in seconds
+given by the driver; the machine never reads a clock. In production one I/O loop (``transport/loop.py``)
+turns socket activity and API calls into events and carries the actions out; in tests a
+deterministic simulation (``tests/sim/``) delivers the same events over a simulated network, so every
+re-send, re-sync, eviction and rejoin rule runs without a socket and a failing seed replays exactly.
+
+Peers are named by member id (``CONTROLLER_ID`` = 0, nodes > 0). A message that arrived on the
+ROUTER also carries the sender's routing id (``Received.routing_id``): identity is bound to it at
+join, and replies to a sender not bound to an id yet (a joining process, a ``psrv status`` asker)
+go back by routing id (``Reply``). ``routing_id`` None means the message came back on one of this
+process's own outgoing connections (``Received.via`` names whose): replies to what it asked.
+
+Every field of every message a machine sees has passed the catalogue's checks (transport/messages.py);
+a handler may still refuse one by raising ``FrameRejectedError`` (counted, logged, never fatal).
+A machine stops by returning ``Stop(error)``; exceptions other than FrameRejectedError escaping
+``handle`` are bugs (the simulation fails on them; the loop counts and logs them as
+``handler_error``, it does not die of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from psrv.transport.messages import Message
+
+# ------------------------------------------------------------------------------------ events
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The driver bound its listening address; the machine may now say hello (a node joins)."""
+
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One decoded, validated, reassembled message.
+
+    ``routing_id``: the sender's routing id when it arrived on this process's ROUTER; None when it
+    came back on an outgoing connection, then ``via`` is the member id that connection goes to."""
+
+    message: Message
+    routing_id: bytes | None = None
+    via: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkArrived:
+    """A piece of a large message from ``src`` was stored (a download is moving)."""
+
+    src: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: timers (beats, expiry, retries) run. Drivers tick at least every 50 ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """``count`` updates of a droppable ``Send`` to ``peer`` found its queue full and were dropped."""
+
+    peer: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A request from the role's API (a caller thread), e.g. ``Command("send", {...})``."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """The role is asked to stop: say goodbye (LEAVE / SHUTDOWN); the driver flushes and closes."""
+
+
+Event = Started | Received | ChunkArrived | Tick | Dropped | Command | Stopping
+
+# ----------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` to member ``to`` over this process's outgoing connection to it.
+
+    ``droppable``: a relayed update, dropped (and reported back as ``Dropped``) when the peer's
+    queue is full; ``urgent``: small and order-free (a beat), may jump the queue; ``token``: opaque,
+    told when the frames reached the socket (the node's submit slots)."""
+
+    to: int
+    message: Message
+    droppable: bool = False
+    urgent: bool = False
+    token: Any = None
+    count: int = 1  # updates the message carries (for Dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Send ``message`` back through this process's ROUTER to the connection ``routing_id``."""
+
+    routing_id: bytes
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open (or keep) an outgoing connection to member ``peer`` at ``address``."""
+
+    peer: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close the outgoing connection to ``peer``; ``linger_s`` lets queued frames leave first."""
+
+    peer: int
+    linger_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The machine is done: ``error`` None for a clean stop, else what stopped it (surfaced to callers)."""
+
+    error: BaseException | None = None
+
+
+Action = Send | Reply | Connect | Disconnect | Stop
+
+
+class Machine(Protocol):
+    """What the I/O loop and the simulation drive."""
+
+    def handle(self, event: Event, now: float) -> list[Action]: ...
