@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import zmq
-from psrv.transport.batch import batch_message, groups
 from psrv.transport.codec import encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
@@ -34,6 +33,7 @@ from psrv.transport.membership import HeartbeatTimer, Membership
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
 from psrv.transport.peer import Peer
+from psrv.transport.updates import batch_message, groups
 
 _DEPARTED_KEPT = 256
 _RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
