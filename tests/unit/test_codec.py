@@ -229,11 +229,12 @@ def test_payload_header_check_is_structural_and_names_the_problem() -> None:
     assert (info.form, info.count, info.n, info.tau) == ("sparse", 2, 64, 1.0)
     bitmap = np.array([40, 40, np.float32(0.5).view(np.int32), 1, 1, 2, 3], dtype=np.int32)
     assert check_payload(bitmap, 40, "update")[1].count is None  # a bitmap's count needs the body
+    form7 = np.concatenate([message[:3], [7], message[4:]]).astype(np.int32)
     cases = {
         "this model has 65": (message, 65, np.inf),
         "header alone": (message[:3], 64, np.inf),
         "indices but its header says": (np.concatenate([message, message[-1:]]), 64, np.inf),
-        "unknown message form": (np.concatenate([message[:3], [7], message[4:]]).astype(np.int32), 64, np.inf),
+        "unknown message form": (form7, 64, np.inf),
         "positive finite": (np.concatenate([message[:2], [0], message[3:]]).astype(np.int32), 64, np.inf),
         "max_tau": (message, 64, 0.5),
         "1-D int32": (message.astype(np.int64), 64, np.inf),
