@@ -150,3 +150,16 @@ def test_payload_header_agrees_with_the_full_check(n: int, data: st.DataObject, 
     truncated = message[:-1]
     with pytest.raises(MalformedMessageError):
         payload_header(truncated, n)
+
+
+@pytest.mark.parametrize("name", sorted(update_header.FIELD_BOUNDS))
+def test_the_stated_bounds_are_the_checked_ones(name: str) -> None:
+    low, high = update_header.FIELD_BOUNDS[name]
+    for value, ok in ((low, True), (high, True), (low - 1, False), (high + 1, False)):
+        fields = {**F1, name: value}
+        row = [fields[n] for n in FIELD_NAMES]
+        if ok:
+            assert parse_row(row) == UpdateHeader(*row)
+        else:
+            with pytest.raises(MalformedHeaderError):
+                check_fields(*row)
