@@ -163,3 +163,17 @@ def test_the_stated_bounds_are_the_checked_ones(name: str) -> None:
         else:
             with pytest.raises(MalformedHeaderError):
                 check_fields(*row)
+
+
+def test_asking_about_an_update_header_does_not_import_numba() -> None:
+    """The transport imports update_header in every process; numba loads only with a codec call."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, psrv.encoding.update_header, psrv.transport.messages, psrv.transport.updates; "
+        "assert 'numba' not in sys.modules, 'numba imported'; "
+        "from psrv.encoding import decode, ResidualEncoder; assert 'numba' in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
