@@ -164,6 +164,7 @@ class NodeMachine(UpdatePath, SyncPath):
         self.download = Download(config.catchup_timeout_s)
         self.probe = ReplicaProbe()
         self._out: list[Action] = []
+        self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
     def _clock(self) -> float:
         return self._now
@@ -181,6 +182,8 @@ class NodeMachine(UpdatePath, SyncPath):
                 self._release(1)  # a submit that raced the stop
             return []
         self._out = out = []
+        if self._gathered and not (isinstance(event, Command) and event.name == "send"):
+            self._flush_gathered()
         try:
             if isinstance(event, Received):
                 self._on_received(event)
@@ -212,6 +215,10 @@ class NodeMachine(UpdatePath, SyncPath):
             self.log.error("node %d (%s) stopped: %s", self.node_id, self.address, error)
         with self.lock:
             self.backlog.clear()
+        slots = sum(1 for item in self._gathered if item.get("slot"))
+        self._gathered = []
+        if slots:
+            self._release(slots)
         self.stopped = error
         self._emit(Stop(error))
         self._notify("stopped")
@@ -277,16 +284,20 @@ class NodeMachine(UpdatePath, SyncPath):
                               self.node_id, event.peer, event.count)
 
     def _on_command(self, event: Command) -> None:
-        if event.name == "send":
-            self._send_own([event.args])
-        elif event.name == "send_many":
-            self._send_own(event.args["items"])
+        if event.name == "send":  # gathered while the driver says more commands follow (one batch)
+            self._gathered.append(event.args)
+            if not getattr(event, "more", False):
+                self._flush_gathered()
         elif event.name == "check_request":
             self._request_check()
         elif event.name == "check_done":
             self.probe.reset()
         else:
             raise ValueError(f"node: unknown command {event.name!r}")
+
+    def _flush_gathered(self) -> None:
+        items, self._gathered = self._gathered, []
+        self._send_own(items)
 
     def _on_received(self, event: Received, *, held: bool = False) -> None:
         msg = event.message

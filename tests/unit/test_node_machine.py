@@ -485,3 +485,18 @@ def test_check_replica_probe_compares_against_the_snapshot():
     assert verdict.status == "equal" and verdict.replayed == 1
     h.params[0] += 1.0
     assert h.machine.check_verdict(1e-6).status == "differs"
+
+
+def test_sends_the_driver_says_more_of_go_out_as_one_batch():
+    if "more" not in Command.__dataclass_fields__:
+        pytest.skip("transport/events.py has no Command.more yet")
+    h = joined()
+    payload = sparse_message(np.array([1]), np.array([False]), N, TAU)
+    fields = {"iteration": 0, "epoch": 0, "tau": TAU, "encoding": "sparse"}
+    commands = [h.machine.submit(payload, fields)[1] for _ in range(3)]
+    out = []
+    for i, command in enumerate(commands):
+        more = i < len(commands) - 1
+        out += h.handle(Command(command.name, command.args, more=more) if more else command)
+    (batch,) = h.sent(out, Op.UPDATES, 0)
+    assert rows(batch) == [(1, 1), (1, 2), (1, 3)]
