@@ -115,8 +115,9 @@ class Node:
         deadline = self.config.join_timeout_s + self.config.catchup_timeout_s + 1.0
         if not self._ready.wait(deadline) and self.error is None:
             self._loop.stop(5.0)
-            raise JoinError(f"node did not join and catch up with the controller at {self.controller_address} "
-                            f"within {deadline:.1f} s (local address {self.address})")
+            raise JoinError(f"node did not join and catch up with the controller at "
+                            f"{self.controller_address} within {deadline:.1f} s "
+                            f"(local address {self.address})")
         if self.error is not None:
             self._loop.stop(5.0)
             raise self.error
