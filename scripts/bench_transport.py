@@ -29,7 +29,8 @@ import time
 import msgpack
 import numpy as np
 import zmq
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import Controller, TransportConfig
 from psrv.transport.client import request_status
 from psrv.transport.endpoint import ZERO_COPY_MIN_BYTES
 from psrv.transport.messages import PROTOCOL_VERSION

@@ -1,11 +1,16 @@
-"""psrv.transport: frames on the wire, ZeroMQ sockets, mesh topology, controller and node roles."""
+"""psrv.transport: frames on the wire, ZeroMQ sockets, mesh topology, and the one I/O loop.
+
+The roles live in psrv.server; ``Node`` is still importable from here (lazily, so that importing
+the transport does not import the server).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from psrv.transport.config import TransportConfig
 from psrv.transport.controller import Controller
 from psrv.transport.errors import ControllerLostError, JoinError, SendQueueFullError, TransportError
-from psrv.transport.node import Node
 
 __all__ = [
     "Controller",
@@ -16,3 +21,11 @@ __all__ = [
     "SendQueueFullError",
     "TransportError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Node":
+        from psrv.server.node import Node
+
+        return Node
+    raise AttributeError(f"module 'psrv.transport' has no attribute {name!r}")

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 from psrv.server.cli import build_parser
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import Controller, TransportConfig
 from psrv.transport.client import request_status
 
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psrv.encoding import encode
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import Controller, TransportConfig
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Op
 
 N = 64
@@ -102,7 +103,11 @@ def mesh():
 
 def deliver(role, raw: list[bytes], identity: bytes = b"\x00stranger") -> None:
     """One received message through the role's own receive path, on its I/O thread."""
-    role.call(lambda: role._receive(raw, identity, role._router))  # noqa: SLF001
+    loop = getattr(role, "_loop", None)  # a role run by transport/loop.py
+    if loop is not None:
+        role.call(lambda: loop.receive(raw, identity))
+    else:
+        role.call(lambda: role._receive(raw, identity, role._router))  # noqa: SLF001
 
 
 def as_sender(raw: list[bytes], src: int) -> list[bytes]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import wait_until
 from psrv.encoding import ResidualEncoder, decode
-from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import Controller, ControllerLostError, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
 
 N = 3000

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from psrv.server.node_machine import NodeMachine as Node
 from psrv.transport.controller import Controller
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Message, Op, handler_table
-from psrv.transport.node import Node
 
 
 def test_every_op_has_a_schema() -> None:
