@@ -166,7 +166,6 @@ class NodeMachine(UpdatePath, SyncPath):
         self._out: list[Action] = []
         self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
-
     def link_id(self, to: int) -> bytes:
         """The routing id this node's connection to member ``to`` presents."""
         return self.routing_id
