@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psrv.transport.controller import Controller
+from psrv.server.controller_machine import ControllerMachine
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Message, Op, handler_table
 from psrv.transport.node import Node
 
@@ -30,7 +30,7 @@ def test_handler_table_maps_ops_to_on_methods() -> None:
 
 
 def test_roles_handle_what_they_should() -> None:
-    controller_ops = {op for op in Op if hasattr(Controller, f"on_{op.value}")}
+    controller_ops = set(ControllerMachine.ACCEPTS)
     node_ops = {op for op in Op if hasattr(Node, f"on_{op.value}")}
     assert controller_ops == {
         Op.JOIN,
