@@ -78,6 +78,7 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
+from psrv.transport.identity import SESSION_BYTES, link_id
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.replay import ReplayLog
@@ -130,7 +131,7 @@ class NodeMachine(UpdatePath, SyncPath):
         self._now = 0.0
         self._limited = RateLimitedLog(self.log, config.log_interval_s, clock=lambda: self._now)
         self.address: str | None = None
-        self.routing_id = random_bytes(16)  # what this process's connections present (see ``link_id``)
+        self.session = b""  # drawn per join: the key of this node's per-link routing ids (``link_id``)
         self.node_id = UNJOINED
         self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.restart = False  # the controller knew this node's name from an earlier join
@@ -167,8 +168,8 @@ class NodeMachine(UpdatePath, SyncPath):
         self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
     def link_id(self, to: int) -> bytes:
-        """The routing id this node's connection to member ``to`` presents."""
-        return self.routing_id
+        """The routing id this node's connection to member ``to`` presents (transport/identity.py)."""
+        return link_id(self.session, to)
 
     # ------------------------------------------------------------------ the one entry point
     def handle(self, event: Event, now: float) -> list[Action]:
@@ -261,9 +262,6 @@ class NodeMachine(UpdatePath, SyncPath):
     # ------------------------------------------------------------------ driver events
     def _on_started(self, event: Started) -> None:
         self.address = event.address
-        # replies (JOIN_REPLY, PARAMS_REPLY, the controller's liveness beats) come back on this connection
-        self._emit(Connect(CONTROLLER_ID, self.controller_address, routing_id=self.link_id(CONTROLLER_ID),
-                           listen=True))
         self._begin_join()
         self._tick(self._now)  # the first JOIN leaves at once
 
@@ -479,6 +477,11 @@ class NodeMachine(UpdatePath, SyncPath):
     def _begin_join(self) -> None:
         self.state = NodeState.JOINING
         self._token = self._random(16).hex()
+        self.session = self._random(SESSION_BYTES)
+        # a new session, a new connection to the controller: replies (JOIN_REPLY, PARAMS_REPLY, its
+        # liveness beats) come back on it; the old one (a previous membership) is replaced
+        self._emit(Connect(CONTROLLER_ID, self.controller_address, routing_id=self.link_id(CONTROLLER_ID),
+                           listen=True))
         self._join_started = self._now
         self._join_attempts = 0
         self._next_join = self._now
@@ -568,7 +571,7 @@ class NodeMachine(UpdatePath, SyncPath):
         if now >= self._next_join:
             self._join_attempts += 1
             self._send_ctrl(Message(Op.JOIN, {"address": self.address, "name": self.config.node_name,
-                                              "token": self._token}))
+                                              "token": self._token, "session": self.session.hex()}))
             self._next_join = now + self._backoff
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
 

@@ -1,15 +1,13 @@
-"""psrv.transport: frames on the wire, ZeroMQ sockets, mesh topology, and the one I/O loop.
+"""psrv.transport: frames on the wire, ZeroMQ sockets, the I/O loop, mesh topology.
 
-The roles live in psrv.server; ``Node`` is still importable from here (lazily, so that importing
-the transport does not import the server).
-"""
+The roles live in psrv.server; ``Controller`` and ``Node`` are still importable from here (resolved on
+first use, so importing the transport never imports the server)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from psrv.transport.config import TransportConfig
-from psrv.transport.controller import Controller
 from psrv.transport.errors import ControllerLostError, JoinError, SendQueueFullError, TransportError
 
 __all__ = [
@@ -24,6 +22,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Controller":
+        from psrv.server.controller import Controller
+
+        return Controller
     if name == "Node":
         from psrv.server.node import Node
 
