@@ -190,10 +190,14 @@ class UpdatePath:
             raise FrameRejectedError("bad_payload", f"update {header.get('origin')}/{header.get('seq')}: "
                                      f"{exc}") from None
 
-    def _decode_local(self, payload: np.ndarray) -> None:
+    def apply_local(self, payload: np.ndarray) -> None:
+        """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
+        holds ``lock``), through the ``apply`` hook when the parameters live behind it."""
         if self._apply_hook is not None:  # the live parameters are behind the hook
             self._apply_hook(payload, {})
             return
         from psrv.encoding import decode
 
         decode(payload, self.params)
+
+    _decode_local = apply_local  # (the name the simulation adapters use)
