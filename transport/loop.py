@@ -368,6 +368,8 @@ class Loop:
             if i and time.monotonic() > deadline:
                 self.counters.add("drain_yields")
                 return
+            if sock.closed:  # the machine replaced this connection while handling the previous message
+                return
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
