@@ -360,6 +360,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         mesh = _mesh_of(msg)
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
+        _check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
         self._routes.announce(msg["routes"], fresh=True)
         with self.lock:
             self.node_id = msg["node_id"]
@@ -389,6 +390,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
+        _check_addresses(mesh, self.node_id)
         self._routes.announce(msg["routes"])
         self._install_mesh(mesh)
         self._release_held()
@@ -458,10 +460,6 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     # ------------------------------------------------------------------ mesh and membership
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
         wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
-        bad = [mesh.address(n) for n in wanted if not valid_address(mesh.address(n))]
-        if bad:
-            raise FrameRejectedError("bad_field",
-                                     f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
         if self.mesh is not None:
             self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
         self.mesh = mesh
@@ -520,6 +518,15 @@ def _mesh_of(msg: Message) -> MeshOrganizer:
     except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
         raise FrameRejectedError("bad_field",
                                  f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
+
+
+def _check_addresses(mesh: MeshOrganizer, node_id: int) -> None:
+    """Every neighbour address this node would connect to is HOST:PORT."""
+    bad = [mesh.address(n) for n in mesh.neighbours(node_id) if n != CONTROLLER_ID
+           and not valid_address(mesh.address(n))]
+    if bad:
+        raise FrameRejectedError("bad_field",
+                                 f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
 
 
 _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {

@@ -545,3 +545,16 @@ def test_in_a_mesh_own_updates_are_resent_straight_to_the_controller():
     h.from_node(update(3, 99, src=1), 1)
     assert h.rejected("bad_origin") == 1
     np.testing.assert_array_equal(h.params, delta(1) + delta(2))
+
+
+def test_a_mesh_naming_a_bad_address_changes_nothing():
+    h = Harness("mesh", fan_out=2)
+    h.join(1, others=(2,))
+    h.catch_up()
+    version, routes = h.machine.mesh.version, dict(h.machine._routes.current)
+    h.mesh.add_node(3, "not an address")  # node 3 becomes node 1's child
+    h.routes[3] = rid(3).hex()
+    actions = h.from_ctrl(Message(Op.MESH, {"mesh": h.mesh.to_dict(), "version": h.mesh.version,
+                                            "routes": dict(h.routes)}, src=0))
+    assert actions == [] and h.rejected("bad_field") == 1
+    assert h.machine.mesh.version == version and h.machine._routes.current == routes
