@@ -6,9 +6,10 @@ origins, the bounded waiting rooms), node_timers.py (join back-off, lost control
 
 No sockets, threads or clocks: the driver (``transport/loop.py`` in production, ``tests/sim/`` in
 tests) turns arrivals, timers and API calls into events (transport/events.py) and carries out the
-actions (send, reply, connect, disconnect, stop). ``now`` is the driver's monotonic time; every
+actions (send, connect, disconnect, ready, stop). ``now`` is the driver's monotonic time; every
 random choice (the join token and session) comes from the injected ``random_bytes``, so a
-simulation that seeds it replays exactly.
+simulation that seeds it replays exactly. Nothing a frame says raises out of ``handle``: a bad
+message is a counted rejection (``counters_.snapshot()["rejected"]``).
 
 Construct::
 
@@ -22,17 +23,21 @@ the own update they hold reached every target socket: ``Send.token.sent()``), ``
 ("ready" once caught up, "acknowledged" when the controller's watermark of our updates moved,
 "stopped"), ``counters`` (shared with the driver).
 
-Lifecycle: ``Started(address)`` opens the connection to the controller and sends JOIN, again
-with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``). JOIN_REPLY gives the id, the
-mesh and the routes (routing id -> member: a member's messages count only from the routing id
-announced for it; controller-only ops only from the controller). The node then downloads the
-master copy (SYNCING: updates that arrive are relayed and held), installs it, replays what it
-lacks (own updates in flight, from the replay ring), applies the held updates not included,
-numbers and sends the backlog submitted while joining, and runs. Each update is applied once
+Lifecycle: ``Started(address)`` draws a session (16 random bytes, sent in JOIN; each connection to
+member ``m`` presents ``link_id(session, m)``, transport/identity.py), opens the connection to the
+controller and sends JOIN, again with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``).
+JOIN_REPLY gives the id, the mesh and the routes (routing id -> member: a member's messages count
+only from the routing id announced for it; controller-only ops only from the controller; updates
+from a routing id or of an origin this node's view does not explain yet wait, bounded, for the
+MESH that does). The node then downloads the master copy (SYNCING: updates that arrive are relayed
+and held), installs it, replays what it lacks (own updates in flight, from the replay ring),
+applies the held updates not included, numbers and sends the backlog submitted while joining,
+says ``Ready`` and runs. Each update is applied once
 (dedup by origin and seq) and relayed to every neighbour but the one it came from (relayed copies
 are ``droppable``; own ones never). The controller's watermark beats drive two repairs: own
 updates it still lacks after two beats are sent again, and origins this node is behind on for two
-beats trigger a re-sync. A silent controller starts rejoin attempts for
+beats trigger a re-sync (own re-sends go straight to the controller). A silent controller starts
+rejoin attempts (a new session each) for
 ``controller_lost_timeout_s`` (then ``Stop(ControllerLostError)``); EVICTED rejoins at once,
 SHUTDOWN stops with ControllerLostError. ``Stopping`` says LEAVE.
 
