@@ -40,9 +40,6 @@ class Download:
         self.progress = 0.0  # when the download last moved (asked, or a chunk from the controller)
         self.retry_s = 0.0
         self.last_sync = -1e18  # when the last download finished (re-syncs are spaced by a few beats)
-        # what the node had seen right after it (watermark, seqs above it): a departed origin's hole
-        # that the download already had is the master's too
-        self.seen_after: tuple[dict[int, int], dict[int, list[int]]] = ({}, {})
 
     def next_id(self) -> int:
         self.request_id += 1
@@ -204,7 +201,6 @@ class SyncPath:
             self.log.warning("node %d: the replay ring was too short for origins %s; this replica may differ",
                              self.node_id, incomplete[:8])
         self.download.last_sync = self._now
-        self.download.seen_after = (self.seen.watermark(), self.seen.above_watermark())
         self._ctrl_watermarks.clear()
         self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
                       snap.master.size, len(snap.watermark), replayed)

@@ -431,23 +431,10 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
             self._resend_own(acknowledged, own_seq_then)
         behind = [o for o, w in old.items()
                   if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
-        behind = behind or self._departed_gaps(mine, mine_then)
         if behind and self._now - self.download.last_sync > quiet:
             self.log.warning("node %d is behind the controller for origins %s: re-syncing", self.node_id,
                              behind[:8])
             self._begin_sync(f"behind for origins {behind[:8]}")
-
-    def _departed_gaps(self, mine: dict[int, int], mine_then: dict[int, int]) -> list[int]:
-        """Departed origins with a hole in what this node saw, still for two beats, that the last
-        download did not have: the master may hold what fell into it, and the controller's watermark,
-        stuck below the hole (the origin will never re-send), cannot show it."""
-        candidates = [o for o, mark in mine.items() if o != self.node_id and o not in self.mesh
-                      and mark == mine_then.get(o, 0) and self.seen.pending(o)]
-        if not candidates:
-            return []
-        above = self.seen.above_watermark()
-        marks, extras = self.download.seen_after
-        return [o for o in candidates if (mine[o], above.get(o, [])) != (marks.get(o, 0), extras.get(o, []))]
 
     def _prune_origins(self, latest: dict[int, int]) -> None:
         """Forget what the controller forgot: departed origins no longer in its watermark."""

@@ -567,38 +567,3 @@ def test_an_update_of_a_ragged_length_is_a_counted_rejection():
     assert h.from_node(ragged, 2) == [] and h.rejected("bad_payload") == 1
     h.from_node(update(2, 1, index=8), 2)  # the real one still counts
     np.testing.assert_array_equal(h.params, delta(8))
-
-
-def test_a_hole_left_by_a_departed_origin_is_repaired_once():
-    """The controller's watermark of an origin that departed is stuck below the hole (it will never
-    re-send): a hole that stands still for two beats means a re-sync, unless the download had it too."""
-    h = joined(others=(2,))
-    h.from_node(update(2, 1, index=1), 2)
-    h.from_node(update(2, 3, index=3), 2)  # 2/2 was lost on the way to us
-    h.mesh.remove_node(2)
-    h.routes.pop(2)
-    h.mesh_update()  # node 2 departed
-    h.beat({2: 1})
-    h.beat({2: 1})
-    actions = h.beat({2: 1}, dt=3.1)
-    assert h.sent(actions, Op.PARAMS_REQUEST, 0) and h.machine.state is NodeState.SYNCING
-    master = delta(1) + delta(2) + delta(3)  # the master got 2/2
-    h.catch_up(master, {2: 3})
-    np.testing.assert_array_equal(h.params, master)
-    # a hole the master has too (a seq nobody got) is no reason to download again and again
-    h2 = joined(others=(2,))
-    h2.from_node(update(2, 1, index=1), 2)
-    h2.from_node(update(2, 3, index=3), 2)
-    h2.mesh.remove_node(2)
-    h2.routes.pop(2)
-    h2.mesh_update()
-    for _ in range(3):
-        h2.beat({2: 1}, dt=1.1)
-    assert h2.machine.state is NodeState.SYNCING
-    h2.from_ctrl(h2.snapshot(delta(1) + delta(3), {2: 1}, h2.machine.download.request_id, {2: [3]}),
-                 own_connection=True)  # the master has the same hole
-    assert h2.machine.state is NodeState.RUNNING
-    requests = 0
-    for _ in range(8):
-        requests += len(h2.sent(h2.beat({2: 1}, dt=1.1), Op.PARAMS_REQUEST))
-    assert requests == 0 and h2.machine.state is NodeState.RUNNING
