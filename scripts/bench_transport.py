@@ -33,18 +33,11 @@ import msgpack
 import numpy as np
 import zmq
 from psrv.encoding.update_header import BITMAP, HEADER_WORDS, WORD_ELEMENTS
+from psrv.server import Controller, Node
 from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
+from psrv.transport.loop import ZERO_COPY_MIN_BYTES
 from psrv.transport.messages import PROTOCOL_VERSION
-
-try:  # the roles live in psrv.server once the transport is split into state machines and a loop
-    from psrv.server import Controller, Node
-except ImportError:
-    from psrv.transport import Controller, Node
-try:
-    from psrv.transport.loop import ZERO_COPY_MIN_BYTES
-except ImportError:
-    from psrv.transport.endpoint import ZERO_COPY_MIN_BYTES
 
 KB = 1024
 MB = 1024 * KB

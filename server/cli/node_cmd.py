@@ -21,7 +21,8 @@ from psrv.server.cli.options import (
     warn_if_insecure,
 )
 from psrv.server.cli.synthetic import SyntheticUpdates
-from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
+from psrv.server.node import Node
+from psrv.transport import JoinError, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
 
 EXIT_LOST = 3
