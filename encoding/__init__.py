@@ -4,35 +4,75 @@ residuals and parameters on a GPU); it needs torch, so it is imported explicitly
 
 The numba kernel cache lives where ``PSRV_NUMBA_CACHE_DIR`` (or ``NUMBA_CACHE_DIR``) points; see
 ``psrv.encoding._numba_cache``.
+
+The names below load their module on first use, so importing ``psrv.encoding.update_header`` (what
+the transport asks about an update's header) or ``psrv.encoding.errors`` does not import numba.
 """
 
 from __future__ import annotations
 
-from psrv.encoding._kernels import load_all as preload_kernels
-from psrv.encoding.codec import (
-    MessageInfo,
-    decode,
-    encode,
-    encode_counted,
-    float32_threshold,
-    message_info,
-    sparse_message,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from psrv.encoding.errors import (
     EncodingError,
     InvalidStateError,
     MalformedMessageError,
     NonFiniteResidualError,
 )
-from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
-from psrv.encoding.residual_encoder import ResidualEncoder
-from psrv.encoding.stats import EncodingStats, encoding_stats
-from psrv.encoding.thresholds import (
-    AdaptiveThreshold,
-    FixedThreshold,
-    TargetSparsityThreshold,
-    threshold_algorithm_from_state,
-)
+
+if TYPE_CHECKING:
+    from psrv.encoding._kernels import load_all as preload_kernels
+    from psrv.encoding.codec import (
+        MessageInfo,
+        decode,
+        encode,
+        encode_counted,
+        float32_threshold,
+        message_info,
+        sparse_message,
+    )
+    from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
+    from psrv.encoding.residual_encoder import ResidualEncoder
+    from psrv.encoding.stats import EncodingStats, encoding_stats
+    from psrv.encoding.thresholds import (
+        AdaptiveThreshold,
+        FixedThreshold,
+        TargetSparsityThreshold,
+        threshold_algorithm_from_state,
+    )
+
+#: public name -> (module, name in it), imported on first access
+_LAZY: dict[str, tuple[str, str]] = {
+    "preload_kernels": ("psrv.encoding._kernels", "load_all"),
+    **{name: ("psrv.encoding.codec", name) for name in (
+        "MessageInfo", "decode", "encode", "encode_counted", "float32_threshold", "message_info",
+        "sparse_message",
+    )},
+    **{name: ("psrv.encoding.postprocess", name) for name in (
+        "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",
+    )},
+    "ResidualEncoder": ("psrv.encoding.residual_encoder", "ResidualEncoder"),
+    "EncodingStats": ("psrv.encoding.stats", "EncodingStats"),
+    "encoding_stats": ("psrv.encoding.stats", "encoding_stats"),
+    **{name: ("psrv.encoding.thresholds", name) for name in (
+        "AdaptiveThreshold", "FixedThreshold", "TargetSparsityThreshold", "threshold_algorithm_from_state",
+    )},
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:  # also how ``from psrv.encoding import <submodule>`` finds submodules
+        raise AttributeError(f"module 'psrv.encoding' has no attribute {name!r}")
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "AdaptiveThreshold",

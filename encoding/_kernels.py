@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 
 from psrv.encoding._numba_cache import apply_cache_dir_from_env
+from psrv.encoding.update_header import HEADER_WORDS, WORD_ELEMENTS
 
 apply_cache_dir_from_env()  # must run before numba is imported: numba reads NUMBA_CACHE_DIR at import
 
@@ -28,9 +29,8 @@ from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402
 
 #: elements per block of the scan (one 64-bit hit mask); a multiple of 16, so blocks hold whole bitmap words
 BLOCK = 64
-#: bitmap: elements per int32 word (bit b = has a value, bit b + 16 = negative)
-WORD_ELEMENTS = 16
-HEADER_WORDS = 4
+# WORD_ELEMENTS: bitmap elements per int32 word (bit b = has a value, bit b + 16 = negative);
+# HEADER_WORDS: the payload header. Both are the wire format's, defined in update_header.
 
 # error codes of the validation kernels (0 = valid)
 OK = 0

@@ -8,12 +8,13 @@ Wire forms (int32, little-endian), the smaller one wins (sparse while count < ce
   bit b means "has a value", bit b + 16 means "negative".
 
 tau is rounded to float32 before it is used, so the sender and every receiver apply the same value.
+The header rules (and the fields an update carries beside its message) are defined once, in
+``psrv.encoding.update_header``.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,18 +24,21 @@ from typing import Literal
 import numpy as np
 from psrv.encoding import _kernels as k
 from psrv.encoding.errors import MalformedMessageError, NonFiniteResidualError
+from psrv.encoding.update_header import (  # the wire format's header, defined there once
+    BITMAP,
+    FORM_NAMES,
+    HEADER_WORDS,
+    SPARSE,
+    bitmap_words,
+    check_header,
+    check_too_short,
+)
 
-SPARSE = 0
-BITMAP = 1
-FORM_NAMES = {SPARSE: "sparse", BITMAP: "bitmap"}
-HEADER_WORDS = k.HEADER_WORDS
 #: below this many elements per thread, encode(threads > 1) runs on one thread (threads cost more)
 PARALLEL_MIN_ELEMENTS_PER_THREAD = 1 << 21
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WIRE_INT32 = np.dtype("<i4")
-_I32 = struct.Struct("<i")
-_F32_FROM_BITS = struct.Struct("<f")
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,6 @@ class MessageInfo:
     @property
     def sparsity(self) -> float:
         return self.count / self.n if self.n else 0.0
-
-
-def bitmap_words(n: int) -> int:
-    """Number of bitmap words for a vector of n elements."""
-    return (n + k.WORD_ELEMENTS - 1) // k.WORD_ELEMENTS
 
 
 def float32_threshold(threshold: float) -> np.float32:
@@ -268,41 +267,6 @@ def _from_bytes(buffer) -> np.ndarray:
     if not (raw.flags.c_contiguous and raw.flags.aligned and raw.ctypes.data % 4 == 0):
         raw = raw.copy()
     return raw.view(_WIRE_INT32).astype(np.int32, copy=False)
-
-
-def check_header(header: list[int], length: int) -> float:
-    """Check a message's header words and total length (in int32 words) against each other; return tau.
-
-    The one place the header rules live: the numba codec here and the torch codec
-    (psrv.encoding.device) both call it before looking at the body.
-    """
-    first, n, tau_bits, form = header
-    tau = _F32_FROM_BITS.unpack(_I32.pack(tau_bits))[0]
-    if not (math.isfinite(tau) and tau > 0):
-        raise MalformedMessageError(f"header threshold must be a positive finite float32, got {tau!r}")
-    if n < 0:
-        raise MalformedMessageError(f"header length N must be >= 0, got {n}")
-    if form == SPARSE:
-        if first < 0:
-            raise MalformedMessageError(f"sparse header count must be >= 0, got {first}")
-        if length != HEADER_WORDS + first:
-            raise MalformedMessageError(f"sparse message has {length - HEADER_WORDS} indices but its "
-                                        f"header says {first}")
-    elif form == BITMAP:
-        if first != n:
-            raise MalformedMessageError(f"bitmap header must repeat N in its first word, got {first} and {n}")
-        words = bitmap_words(n)
-        if length != HEADER_WORDS + words:
-            raise MalformedMessageError(f"bitmap message has {length - HEADER_WORDS} words; N={n} "
-                                        f"needs {words}")
-    else:
-        raise MalformedMessageError(f"unknown message form {form} (expected 0 = sparse or 1 = bitmap)")
-    return tau
-
-
-def check_too_short(length: int) -> None:
-    if length < HEADER_WORDS:
-        raise MalformedMessageError(f"message has {length} int32 words; a header alone is {HEADER_WORDS}")
 
 
 def bitmap_problem(code: int, position: int, n: int) -> str:

@@ -229,7 +229,7 @@ def one_run(mode: str, n: int, args: argparse.Namespace) -> Run:
 
 def generator_rates(params: int, sparsity: float, seconds: float) -> tuple[float, float]:
     """Updates/s of the direct sparse generator and of the old dense path, same size and sparsity."""
-    from psrv.server.synthetic import SyntheticUpdates
+    from psrv.server.cli.synthetic import SyntheticUpdates
 
     rates = []
     for direct in (True, False):

@@ -45,7 +45,6 @@ from psrv.server.announce import JoinGate, MeshAnnouncer
 from psrv.server.controller_records import NodeRecord, status_view
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members
 from psrv.server.master_copy import MasterCopy
-from psrv.transport.batch import batch_message, groups
 from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
@@ -73,6 +72,7 @@ from psrv.transport.identity import link_id, parse_session
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
 from psrv.transport.sockets import valid_address
+from psrv.transport.updates import batch_message, groups
 
 __all__ = ["ControllerMachine", "NodeRecord"]
 

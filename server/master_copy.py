@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from psrv.transport.batch import unbatch
 from psrv.transport.codec import as_buffer
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
@@ -14,7 +13,7 @@ from psrv.transport.dedup import SeenUpdates
 from psrv.transport.downloads import Snapshot
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message
-from psrv.transport.payload import check_payload
+from psrv.transport.updates import check_payload, unbatch
 from psrv.transport.warmup import params_checksum
 
 ApplyHook = Callable[[np.ndarray, dict], None]

@@ -15,6 +15,8 @@ from typing import Any
 import msgpack
 import numpy as np
 import zmq
+from psrv.encoding.errors import MalformedMessageError
+from psrv.encoding.update_header import check_payload_nbytes
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import CATALOGUE, INT64_MAX, PROTOCOL_VERSION, RESERVED, Message, Op
 
@@ -181,24 +183,16 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
 
 
 def _check_payload(message: Message) -> None:
-    if message.op is Op.UPDATE:
-        size = frame_size(message.buffers[0])
-        if size == 0 or size % 4:
+    if message.op is Op.UPDATE or message.op is Op.UPDATES:
+        if message.op is Op.UPDATES and len(message["updates"]) != len(message.buffers):
             raise FrameRejectedError(
-                "bad_payload", f"update payload must be a non-empty int32 array, got {size} bytes"
+                "bad_buffers", f"updates: {len(message['updates'])} rows but {len(message.buffers)} buffers"
             )
-    elif message.op is Op.UPDATES:
-        rows = message["updates"]
-        if len(rows) != len(message.buffers):
-            raise FrameRejectedError(
-                "bad_buffers", f"updates: {len(rows)} rows but {len(message.buffers)} buffers"
-            )
-        for buffer in message.buffers:
-            size = frame_size(buffer)
-            if size == 0 or size % 4:
-                raise FrameRejectedError(
-                    "bad_payload", f"update payload must be a non-empty int32 array, got {size} bytes"
-                )
+        try:  # the payload's own header is checked against the model where the model is known
+            for buffer in message.buffers:
+                check_payload_nbytes(frame_size(buffer))
+        except MalformedMessageError as exc:
+            raise FrameRejectedError("bad_payload", str(exc)) from None
     elif message.op is Op.PARAMS_REPLY:
         expected = [_nbytes(message["dtype"], message["size"])]
         if message["updater_dtype"] is not None:

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import zmq
-from psrv.transport.batch import unbatch
 from psrv.transport.chunking import Reassembler, needs_chunking, split_message
 from psrv.transport.codec import as_buffer, decode_frames, decode_header, encode_frames, frame_size
 from psrv.transport.config import TransportConfig
@@ -37,9 +36,9 @@ from psrv.transport.errors import (
 from psrv.transport.loopstats import LoopStats
 from psrv.transport.messages import Message, Op, handler_table
 from psrv.transport.netmask import choose_address
-from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer
 from psrv.transport.sockets import Security, bind_router, connect_dealer, valid_address
+from psrv.transport.updates import check_payload, unbatch
 from psrv.transport.warmup import DECODE_KERNELS, check_params, params_checksum, warm_up_decode
 
 __all__ = ["DECODE_KERNELS", "ApplyHook", "Endpoint", "check_params", "params_checksum", "warm_up_decode"]

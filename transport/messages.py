@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from psrv.encoding import update_header
+from psrv.encoding.errors import MalformedMessageError
 from psrv.transport.errors import FrameRejectedError
 
 PROTOCOL_VERSION = 1
@@ -47,12 +49,13 @@ LIST = (list, tuple)
 BOOL = (bool,)
 
 
-INT64_MAX = 2**63 - 1
+INT64_MAX = update_header.INT64_MAX
 MAX_TEXT = 1024  # reasons, names, tokens, encodings: short strings
 MAX_ORIGINS = 1 << 20  # entries of a watermark map (pruned to members + recently departed in practice)
 MAX_STATS = 256  # entries of a heartbeat's stats map
 DTYPES = frozenset(f"{order}f{size}" for order in "<>=|" for size in (2, 4, 8)) | {"f2", "f4", "f8"}
-ENCODINGS = frozenset({"sparse", "bitmap"})
+ENCODINGS = update_header.ENCODINGS
+MAX_BATCH = 256  # updates (rows and buffers) of one UPDATES message
 
 
 def _bad(op: str, detail: str) -> FrameRejectedError:
@@ -78,38 +81,6 @@ def check_int_map(op: str, name: str, value: dict, low_key: int = 1, low_value: 
             raise _bad(
                 op, f"{name} must map origin ids to ints >= {low_value}, got {key!r:.40}: {item!r:.40}"
             )
-
-
-_INF = math.inf
-_NEG64 = -INT64_MAX
-
-
-def check_update_row(
-    op: str, origin: object, seq: object, iteration: object, epoch: object, tau: object, encoding: object
-) -> None:
-    """The fields of one update, as UPDATE carries them and as each row of UPDATES does (the hot
-    path: one chained comparison when everything is right, the details only to name a problem)."""
-    if (
-        type(origin) is int
-        and type(seq) is int
-        and type(iteration) is int
-        and type(epoch) is int
-        and (type(tau) is float or type(tau) is int)
-        and 0 < origin <= INT64_MAX
-        and 0 < seq <= INT64_MAX
-        and _NEG64 <= iteration <= INT64_MAX
-        and _NEG64 <= epoch <= INT64_MAX
-        and 0 < tau < _INF
-        and encoding in ENCODINGS
-    ):
-        return
-    if not (is_int(origin, 1) and is_int(seq, 1)):
-        raise _bad(op, f"update origin/seq must be ints >= 1, got {origin!r:.40}/{seq!r:.40}")
-    if not (is_int(iteration, -INT64_MAX) and is_int(epoch, -INT64_MAX)):
-        raise _bad(op, f"iteration/epoch must be 64-bit ints, got {iteration!r:.40}/{epoch!r:.40}")
-    if type(tau) not in (int, float) or not (math.isfinite(tau) and tau > 0):
-        raise _bad(op, f"tau must be a positive finite number, got {tau!r:.40}")
-    raise _bad(op, f"encoding must be one of {sorted(ENCODINGS)}, got {encoding!r:.40}")
 
 
 def _join(f: dict) -> None:
@@ -152,16 +123,18 @@ def _mesh(f: dict) -> None:
 
 
 def _update(f: dict) -> None:
-    check_update_row("update", f["origin"], f["seq"], f["iteration"], f["epoch"], f["tau"], f["encoding"])
+    try:
+        update_header.check_fields(f["origin"], f["seq"], f["iteration"], f["epoch"], f["tau"], f["encoding"])
+    except MalformedMessageError as exc:
+        raise _bad("update", str(exc)) from None
 
 
 def _updates(f: dict) -> None:
-    for row in f["updates"]:
-        if not (isinstance(row, list | tuple) and len(row) == 6):
-            raise _bad(
-                "updates", f"a row must be [origin, seq, iteration, epoch, tau, encoding], got {row!r:.80}"
-            )
-        check_update_row("updates", *row)
+    try:
+        for row in f["updates"]:
+            update_header.check_row(row)
+    except MalformedMessageError as exc:
+        raise _bad("updates", str(exc)) from None
 
 
 def _params_request(f: dict) -> None:
@@ -244,13 +217,8 @@ CATALOGUE: dict[Op, Schema] = {
         check=_join_reply,
     ),
     Op.MESH: Schema({"mesh": DICT, "version": INT, "routes": DICT}, check=_mesh),
-    Op.UPDATE: Schema(
-        {"origin": INT, "seq": INT, "iteration": INT, "epoch": INT, "tau": NUM, "encoding": STR},
-        1,
-        1,
-        check=_update,
-    ),
-    Op.UPDATES: Schema({"updates": LIST}, 2, 256, check=_updates),
+    Op.UPDATE: Schema(dict(update_header.FIELD_TYPES), 1, 1, check=_update),
+    Op.UPDATES: Schema({"updates": LIST}, 2, MAX_BATCH, check=_updates),
     Op.PARAMS_REQUEST: Schema({"request_id": INT, "want_updater": BOOL}, check=_params_request),
     Op.PARAMS_REPLY: Schema(
         {

@@ -29,7 +29,6 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from psrv.transport.batch import batch_message, groups
 from psrv.transport.config import TransportConfig
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.endpoint import ApplyHook, Endpoint, params_checksum
@@ -45,12 +44,12 @@ from psrv.transport.errors import (
 from psrv.transport.membership import ControllerWatch, HeartbeatTimer
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
-from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer, SentToken
 from psrv.transport.replay import ReplayLog
 from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck, compare, covers, expected_replica
 from psrv.transport.seen import restore
 from psrv.transport.sockets import valid_address
+from psrv.transport.updates import batch_message, check_payload, groups
 
 #: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
 ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]

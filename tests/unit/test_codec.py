@@ -151,7 +151,7 @@ def test_size_limits() -> None:
 
 
 def test_a_batch_must_have_one_well_formed_row_per_buffer() -> None:
-    from psrv.transport.batch import MAX_BATCH, batch_message, groups, unbatch
+    from psrv.transport.updates import MAX_BATCH, batch_message, groups, unbatch
 
     message = sample(Op.UPDATES)
     items = unbatch(decode_frames(as_bytes(encode_frames(message))))
@@ -221,22 +221,28 @@ def encoded(n: int = 64) -> np.ndarray:
 
 
 def test_payload_header_check_is_structural_and_names_the_problem() -> None:
-    from psrv.transport.payload import header_info
+    from psrv.transport.updates import check_payload
 
     message = encoded()
-    info = header_info(message, 64, "update")
+    payload, info = check_payload(message, 64, "update")
+    assert payload is message or np.shares_memory(payload, message)
     assert (info.form, info.count, info.n, info.tau) == ("sparse", 2, 64, 1.0)
+    bitmap = np.array([40, 40, np.float32(0.5).view(np.int32), 1, 1, 2, 3], dtype=np.int32)
+    assert check_payload(bitmap, 40, "update")[1].count is None  # a bitmap's count needs the body
+    form7 = np.concatenate([message[:3], [7], message[4:]]).astype(np.int32)
     cases = {
-        "this model has 65": (message, 65),
-        "header alone": (message[:3], 64),
-        "body words": (np.concatenate([message, message[-1:]]), 64),
-        "unknown form": (np.concatenate([message[:3], [7], message[4:]]).astype(np.int32), 64),
-        "positive and finite": (np.concatenate([message[:2], [0], message[3:]]).astype(np.int32), 64),
+        "this model has 65": (message, 65, np.inf),
+        "header alone": (message[:3], 64, np.inf),
+        "indices but its header says": (np.concatenate([message, message[-1:]]), 64, np.inf),
+        "unknown message form": (form7, 64, np.inf),
+        "positive finite": (np.concatenate([message[:2], [0], message[3:]]).astype(np.int32), 64, np.inf),
+        "max_tau": (message, 64, 0.5),
+        "1-D int32": (message.astype(np.int64), 64, np.inf),
     }
-    for expected, (payload, size) in cases.items():
+    for expected, (payload, size, max_tau) in cases.items():
         with pytest.raises(FrameRejectedError, match=expected) as info_:
-            header_info(payload, size, "update")
-        assert info_.value.reason == "bad_payload"
+            check_payload(payload, size, "update", max_tau)
+        assert info_.value.reason == "bad_payload" and info_.value.detail.startswith("update: ")
 
 
 def test_restored_seen_set_is_exactly_the_downloaded_one() -> None:

@@ -26,4 +26,4 @@ def test_only_psrv_installed_each_folder_mapped() -> None:
 
     assert psrv.encoding.__name__ == "psrv.encoding"
     assert Path(psrv.__file__).resolve().parent == ROOT / "top"
-    assert Path(psrv.server.cli.__file__).resolve().parent == ROOT / "server"
+    assert Path(psrv.server.cli.__file__).resolve().parent == ROOT / "server" / "cli"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from psrv.encoding import decode, encode, message_info, sparse_message
-from psrv.server.synthetic import SyntheticUpdates
+from psrv.server.cli.synthetic import SyntheticUpdates
 
 
 def test_a_message_built_from_indices_equals_the_encoders() -> None:

@@ -12,7 +12,7 @@ import sys
 import time
 
 import numpy as np
-from psrv.server.options import (
+from psrv.server.cli.options import (
     StopFlag,
     add_network_options,
     config_from_args,
@@ -20,7 +20,7 @@ from psrv.server.options import (
     stop_event_on_signals,
     warn_if_insecure,
 )
-from psrv.server.synthetic import SyntheticUpdates
+from psrv.server.cli.synthetic import SyntheticUpdates
 from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
 

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 from psrv.server import Controller
-from psrv.server.options import (
+from psrv.server.cli.options import (
     add_network_options,
     config_from_args,
     resolve_keys,

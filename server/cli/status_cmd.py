@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from psrv.server.options import default_keys_dir
+from psrv.server.cli.options import default_keys_dir
 from psrv.transport import TransportConfig, TransportError
 from psrv.transport.client import request_status
 

@@ -77,7 +77,7 @@ def warn_if_insecure(args: argparse.Namespace, command: str) -> None:
     if not args.keys:
         logging.getLogger("psrv.server").warning(
             "psrv %s runs WITHOUT keys (--insecure): any process that can reach its port can join "
-            "the job and send updates (see README, threat model)",
+            "the job and send updates (see README, Security and limits)",
             command,
         )
 

@@ -1,4 +1,5 @@
-"""The `psrv` command: one subcommand per module, each module owning its own options.
+"""The `psrv` command: one subcommand per module of this package (``psrv demo`` lives in psrv.spark),
+each module owning its own options. ``python -m psrv.server.cli`` runs it too.
 
 A subcommand module provides ``add_parser(subparsers)`` which registers an argparse
 sub-parser whose ``func`` default takes the parsed namespace and returns an exit code.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import sys
 
 from psrv.server.version import __version__
 
@@ -17,7 +17,10 @@ LOG_LEVEL_HELP = "logging level (DEBUG, INFO, WARNING, ERROR)"
 
 # Subcommand modules, in the order `psrv --help` lists them.
 COMMAND_MODULES: list[str] = [
-    "psrv.server.controller_cmd", "psrv.server.node_cmd", "psrv.server.status_cmd", "psrv.server.keys_cmd",
+    "psrv.server.cli.controller_cmd",
+    "psrv.server.cli.node_cmd",
+    "psrv.server.cli.status_cmd",
+    "psrv.server.cli.keys_cmd",
     "psrv.spark.demo",
 ]
 
@@ -71,7 +74,3 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
