@@ -1,0 +1,232 @@
+"""The node's parameter downloads: catch-up after a join, re-sync when behind, and the snapshot a
+``check_replica`` compares against. Pure pieces of ``NodeMachine`` (no sockets, no clocks).
+
+- ``Download``: request ids, the catch-up deadline and the retry back-off of a download that
+  stopped moving (a lost reply or chunk is asked for again, slower each time).
+- ``Snapshot`` / ``parse_snapshot``: a PARAMS_REPLY as arrays and the exact set of updates the
+  parameters include (watermark + the seqs above it); anything that does not fit this model is a
+  counted ``bad_payload`` rejection, never an exception out of the machine.
+- ``ReplicaProbe``: the state of one ``check_replica``: which request it waits for, its snapshot,
+  and the verdict once this replica applied everything the snapshot includes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from psrv.server.node_state import NodeState
+from psrv.transport.codec import as_buffer
+from psrv.transport.dedup import SeenUpdates
+from psrv.transport.errors import FrameRejectedError
+from psrv.transport.messages import Message, Op
+from psrv.transport.replay import ReplayLog
+from psrv.transport.replica import ReplicaCheck, compare, covers, expected_replica
+from psrv.transport.seen import restore
+
+DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
+
+
+class Download:
+    """Request numbering and timers of the node's parameter downloads."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.request_id = 0  # the last request id used (check_replica's requests share the numbering)
+        self.first = 0  # any reply to a request of the current download is a valid snapshot
+        self.deadline = 0.0
+        self.progress = 0.0  # when the download last moved (asked, or a chunk from the controller)
+        self.retry_s = 0.0
+        self.last_sync = -1e18  # when the last download finished (re-syncs are spaced by a few beats)
+
+    def next_id(self) -> int:
+        self.request_id += 1
+        return self.request_id
+
+    def begin(self, now: float, heartbeat_s: float) -> None:
+        self.first = self.request_id + 1
+        self.deadline = now + self.timeout_s
+        self.retry_s = max(DOWNLOAD_RETRY_MIN_S, 4 * heartbeat_s)
+
+    def asked(self, now: float) -> int:
+        """A (new) request goes out now; returns its id."""
+        self.progress = now
+        return self.next_id()
+
+    def accepts(self, request_id: int) -> bool:
+        return self.first <= request_id <= self.request_id
+
+    def timed_out(self, now: float) -> bool:
+        return now > self.deadline
+
+    def retry_due(self, now: float) -> bool:
+        """True when nothing moved for ``retry_s``; the next wait is twice as long (a slow link
+        is not flooded with copies)."""
+        if now - self.progress <= self.retry_s:
+            return False
+        self.retry_s *= 2
+        return True
+
+    def requests(self) -> int:
+        return self.request_id - self.first + 1
+
+
+@dataclass
+class Snapshot:
+    master: np.ndarray  # a read-only view of the reply's buffer
+    updater: np.ndarray | None
+    watermark: dict[int, int]
+    extra: dict[int, list[int]]
+
+
+def _array(buffer: object, dtype: str, size: int, what: str) -> np.ndarray:
+    try:
+        array = np.frombuffer(as_buffer(buffer), dtype=np.dtype(dtype))
+    except (TypeError, ValueError) as exc:
+        raise FrameRejectedError("bad_payload", f"params reply: {what} does not parse: {exc}") from None
+    if array.size != size:
+        raise FrameRejectedError(
+            "bad_payload", f"params reply: {what} of {array.size} values, this model has {size}"
+        )
+    return array
+
+
+def parse_snapshot(msg: Message, params_size: int) -> Snapshot:
+    """A PARAMS_REPLY (catalogue-checked) as a Snapshot for a model of ``params_size`` values."""
+    master = _array(msg.buffers[0], msg["dtype"], params_size, "the parameters")
+    updater = None
+    if msg["updater_dtype"] is not None:
+        if len(msg.buffers) < 2:
+            raise FrameRejectedError("bad_payload", "params reply names an updater state it lacks")
+        updater = np.array(_array(msg.buffers[1], msg["updater_dtype"], msg["updater_size"], "the updater"))
+    watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
+    extra = {int(o): [int(x) for x in s] for o, s in msg["extra_seen"].items()}
+    return Snapshot(master, updater, watermark, extra)
+
+
+class ReplicaProbe:
+    """One ``check_replica`` in progress: the request it waits for and the snapshot it got."""
+
+    def __init__(self) -> None:
+        self.request = 0
+        self.snapshot: Snapshot | None = None
+        self.resyncs = 0  # the node's re-sync count when the snapshot arrived
+
+    def reset(self) -> None:
+        self.request, self.snapshot = 0, None
+
+    def verdict(
+        self,
+        running: bool,
+        resyncs: int,
+        seen: SeenUpdates,
+        replay: ReplayLog,
+        live: Callable[[], np.ndarray],
+        tolerance: float,
+    ) -> ReplicaCheck | str | None:
+        """The verdict once the snapshot is here and covered; "resynced" when the replica was
+        replaced meanwhile (ask again); None when not yet. The caller holds the node's lock."""
+        snap = self.snapshot
+        if snap is None:
+            return None if running else "resynced"
+        if resyncs != self.resyncs or not running:
+            self.reset()
+            return "resynced"
+        if not covers(seen, snap.watermark, snap.extra):
+            return None
+        from psrv.encoding import decode
+
+        if replay.incomplete(snap.watermark):
+            return ReplicaCheck("incomplete", detail="updates beyond the snapshot fell out of the "
+                                "replay ring; raise replay_ring_messages / replay_ring_bytes")
+        extra = {o: set(s) for o, s in snap.extra.items()}
+        expected, replayed = expected_replica(snap.master, replay.missing_from(snap.watermark, extra),
+                                              decode)
+        return compare(live(), expected, replayed, tolerance)
+
+
+
+class SyncPath:
+    """The download half of ``NodeMachine`` (a mixin: it uses the machine's state): ask for the master
+    copy, install it, replay what it lacks, apply what was held, send the backlog; check_replica's probe."""
+
+    def on_params_reply(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.probe.request and msg["request_id"] == self.probe.request and self.state is NodeState.RUNNING:
+            snap = parse_snapshot(msg, self.params.size)  # a snapshot for check_replica, not a catch-up
+            snap.master = np.array(snap.master)
+            self.probe.snapshot, self.probe.resyncs = snap, self.counters_["resyncs"]
+            # the snapshot's watermark acknowledges our updates as a heartbeat's does (sooner)
+            self._set_acknowledged(max(self.acknowledged, snap.watermark.get(self.node_id, 0)))
+            return
+        if self.state is not NodeState.SYNCING or not self.download.accepts(msg["request_id"]):
+            return
+        self._install(msg)
+
+    def _install(self, msg: Message) -> None:
+        """Install the master copy, replay what it lacks, apply what was held, send the backlog."""
+        snap = parse_snapshot(msg, self.params.size)
+        self._ctrl_origins = set(snap.watermark)
+        extra = {o: set(s) for o, s in snap.extra.items()}
+        replayed = 0
+        with self.lock:
+            np.copyto(self.params, snap.master, casting="same_kind")
+            if self._installed is not None:
+                self._installed(self.params)
+            if snap.updater is not None:
+                self.updater_state = snap.updater
+            incomplete = self.replay.incomplete(snap.watermark)
+            seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
+            for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
+                self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
+                seen.first_time(origin, seq)
+                replayed += 1
+            for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
+                if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
+                    self.replay.remember(origin, seq, payload, fields)
+            self.seen = seen
+            self.state = NodeState.RUNNING
+            backlog, self.backlog = self.backlog, []
+            sends = []
+            for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
+                self._decode_local(payload)
+                self.seq += 1
+                self.replay.remember(self.node_id, self.seq, payload, fields)
+                sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
+        if sends:
+            self._send_own(sends)
+        if incomplete:
+            self.counters_.add("resync_incomplete")
+            self.log.warning("node %d: the replay ring was too short for origins %s; this replica may differ",
+                             self.node_id, incomplete[:8])
+        self.download.last_sync = self._now
+        self._ctrl_watermarks.clear()
+        self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
+                      snap.master.size, len(snap.watermark), replayed)
+        self._notify("ready")
+
+    def _begin_sync(self, reason: str) -> None:
+        self.state = NodeState.SYNCING
+        self.download.begin(self._now, self.config.heartbeat_s)
+        self.counters_.add("resyncs")
+        self.log.info("node %d requesting the master copy (%s)", self.node_id, reason)
+        self._request_params()
+
+    def _request_params(self) -> None:
+        """Ask for the master copy; a lost reply (or chunk of it) is asked for again by ``_tick``."""
+        rid = self.download.asked(self._now)
+        fields = {"request_id": rid, "want_updater": self.want_updater_state}
+        self._send_ctrl(Message(Op.PARAMS_REQUEST, fields,
+                                src=self.node_id))
+
+    def _request_check(self) -> None:
+        """check_replica: ask for a snapshot (only while running; else the probe stays unrequested)."""
+        self.probe.reset()
+        if self.state is not NodeState.RUNNING:
+            return
+        self.probe.request = self.download.next_id()
+        self._send_ctrl(Message(Op.PARAMS_REQUEST, {"request_id": self.probe.request, "want_updater": False},
+                                src=self.node_id))
+
+
+__all__ = ["DOWNLOAD_RETRY_MIN_S", "Download", "ReplicaProbe", "Snapshot", "SyncPath", "parse_snapshot"]

@@ -1,0 +1,601 @@
+"""The node protocol as a state machine: ``NodeMachine.handle(event, now) -> actions``.
+
+No sockets, threads or clocks: the driver (``transport/loop.py`` in production, ``tests/sim/`` in
+tests) turns arrivals, timers and API calls into events (transport/events.py) and carries out the
+actions (send, reply, connect, disconnect, stop). ``now`` is the driver's monotonic time; every
+random choice (the join token and session) comes from the injected ``random_bytes``, so a
+simulation that seeds it replays exactly.
+
+Construct::
+
+    NodeMachine(config, params, controller_address, random_bytes=rng.randbytes)
+
+optional: ``lock`` (a context manager held while ``params``/the replay ring change; default a
+no-op, the public ``Node`` passes its RLock), ``apply(payload, header)`` / ``apply_many(payloads,
+headers)`` (the live parameters are elsewhere, e.g. on a GPU), ``installed(params)`` (after each
+download), ``want_updater_state``, ``release_slots(n)`` (the submit queue's slots, released when
+the own update they hold reached every target socket: ``Send.token.sent()``), ``notify(what)``
+("ready" once caught up, "acknowledged" when the controller's watermark of our updates moved,
+"stopped"), ``counters`` (shared with the driver).
+
+Lifecycle: ``Started(address)`` opens the connection to the controller and sends JOIN, again
+with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``). JOIN_REPLY gives the id, the
+mesh and the routes (routing id -> member: a member's messages count only from the routing id
+announced for it; controller-only ops only from the controller). The node then downloads the
+master copy (SYNCING: updates that arrive are relayed and held), installs it, replays what it
+lacks (own updates in flight, from the replay ring), applies the held updates not included,
+numbers and sends the backlog submitted while joining, and runs. Each update is applied once
+(dedup by origin and seq) and relayed to every neighbour but the one it came from (relayed copies
+are ``droppable``; own ones never). The controller's watermark beats drive two repairs: own
+updates it still lacks after two beats are sent again, and origins this node is behind on for two
+beats trigger a re-sync. A silent controller starts rejoin attempts for
+``controller_lost_timeout_s`` (then ``Stop(ControllerLostError)``); EVICTED rejoins at once,
+SHUTDOWN stops with ControllerLostError. ``Stopping`` says LEAVE.
+
+Submits (called by the caller's thread, NOT through ``handle``): ``submit(payload, fields)``
+numbers the update and remembers it under ``lock`` and returns ``(seq, command)``; the caller
+hands ``command`` (a ``Command("send")``) to the driver, which delivers it to ``handle`` in order.
+While (re)joining the update goes to the backlog instead (seq 0, no command): it is numbered and
+sent after the catch-up, or dropped with the replica it was applied to (``backlog_dropped``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from psrv.server.node_catchup import Download, ReplicaProbe, SyncPath
+from psrv.server.node_guard import HeldQueue, Routes
+from psrv.server.node_state import NodeState, SlotToken
+from psrv.server.node_updates import UpdatePath
+from psrv.transport.config import TransportConfig
+from psrv.transport.counters import Counters, RateLimitedLog
+from psrv.transport.dedup import SeenUpdates
+from psrv.transport.endpoint import params_checksum
+from psrv.transport.errors import (
+    ControllerLostError,
+    FatalTransportError,
+    FrameRejectedError,
+    JoinError,
+    TransportError,
+)
+from psrv.transport.events import (
+    Action,
+    ChunkArrived,
+    Command,
+    Connect,
+    Disconnect,
+    Dropped,
+    Event,
+    Received,
+    Send,
+    Started,
+    Stop,
+    Stopping,
+    Tick,
+)
+from psrv.transport.membership import ControllerWatch, HeartbeatTimer
+from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.transport.messages import UNJOINED, Message, Op
+from psrv.transport.replay import ReplayLog
+from psrv.transport.sockets import valid_address
+
+ApplyHook = Callable[[np.ndarray, dict], None]
+#: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
+ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]
+
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 2.0
+_STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
+               "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
+_CONTROLLER_OPS = frozenset(
+    {Op.JOIN_REPLY, Op.MESH, Op.PARAMS_REPLY, Op.HEARTBEAT, Op.EVICTED, Op.SHUTDOWN, Op.STATUS_REPLY}
+)
+
+
+class NodeMachine(UpdatePath, SyncPath):
+    """A worker's side of the mesh protocol; see the module docstring."""
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        params: np.ndarray,
+        controller_address: str,
+        *,
+        random_bytes: Callable[[int], bytes],
+        lock: Any = None,
+        apply: ApplyHook | None = None,
+        apply_many: ApplyManyHook | None = None,
+        installed: Callable[[np.ndarray], None] | None = None,
+        want_updater_state: bool = False,
+        release_slots: Callable[[int], None] | None = None,
+        notify: Callable[[str], None] | None = None,
+        counters: Counters | None = None,
+    ) -> None:
+        self.config = config
+        self.params = params
+        self.controller_address = controller_address
+        self.lock = lock if lock is not None else contextlib.nullcontext()
+        self.want_updater_state = want_updater_state
+        self._random = random_bytes
+        self._apply_hook, self._apply_many, self._installed = apply, apply_many, installed
+        self._release = release_slots or (lambda n: None)
+        self._notify = notify or (lambda what: None)
+        self.counters_ = counters if counters is not None else Counters()
+        self.log = logging.getLogger("psrv.transport.node")
+        self._now = 0.0
+        self._limited = RateLimitedLog(self.log, config.log_interval_s, clock=lambda: self._now)
+        self.address: str | None = None
+        self.routing_id = random_bytes(16)  # what this process's connections present (see ``link_id``)
+        self.node_id = UNJOINED
+        self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
+        self.restart = False  # the controller knew this node's name from an earlier join
+        self.updater_state: np.ndarray | None = None
+        self.state = NodeState.JOINING
+        self.mesh: MeshOrganizer | None = None
+        self.seen = SeenUpdates(config.dedup_window)
+        self.seq = 0
+        self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
+        self.backlog: list[tuple[np.ndarray, dict]] = []
+        self.acknowledged = 0  # the controller's watermark of our own updates, as last announced
+        self.stopped: BaseException | None | bool = False  # False while running; then the error or None
+        self.last_applied_now: float | None = None  # driver time of the last applied update
+        self._peers: dict[int, str] = {}  # mesh neighbours we hold a connection to -> their address
+        self._routes = Routes()
+        self._unknown: HeldQueue[Received] = HeldQueue()  # from routing ids not announced yet
+        self._stale: HeldQueue[tuple[dict, Any, np.ndarray, int, int]] = HeldQueue()  # bad_origin rows
+        self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
+        self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
+        self._watch: ControllerWatch | None = None
+        self._beat = HeartbeatTimer(config.heartbeat_s, clock=self._clock)
+        self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)  # (theirs, own seq, ours)
+        self._last_resend = -1e18
+        self._token = ""
+        self._join_started = self._next_join = 0.0
+        self._join_attempts = 0
+        self._backoff = BACKOFF_FIRST_S
+        self._lost_since: float | None = None  # when the controller was lost (rejoining since)
+        self._last_tick: float | None = None
+        self._last_ctrl_beat: float | None = None
+        self.download = Download(config.catchup_timeout_s)
+        self.probe = ReplicaProbe()
+        self._out: list[Action] = []
+        self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
+
+    def _clock(self) -> float:
+        return self._now
+
+    def link_id(self, to: int) -> bytes:
+        """The routing id this node's connection to member ``to`` presents."""
+        return self.routing_id
+
+    # ------------------------------------------------------------------ the one entry point
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Advance the protocol by one event; the actions for the driver to carry out, in order."""
+        self._now = now
+        if self.stopped is not False:
+            if isinstance(event, Command) and event.name == "send" and event.args.get("slot"):
+                self._release(1)  # a submit that raced the stop
+            return []
+        self._out = out = []
+        if self._gathered and not (isinstance(event, Command) and event.name == "send"):
+            self._flush_gathered()
+        try:
+            if isinstance(event, Received):
+                self._on_received(event)
+            elif isinstance(event, Tick):
+                self._tick(now)
+            elif isinstance(event, Command):
+                self._on_command(event)
+            elif isinstance(event, ChunkArrived):
+                if event.src == CONTROLLER_ID and self.state is NodeState.SYNCING:
+                    self.download.progress = now  # a large download is moving: no need to ask again
+            elif isinstance(event, Dropped):
+                self._on_dropped(event)
+            elif isinstance(event, Started):
+                self._on_started(event)
+            elif isinstance(event, Stopping):
+                self._on_stopping()
+        except FatalTransportError as exc:  # the node's own fatal state (join deadline, lost controller)
+            self._stop(exc)
+        return out
+
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+
+    def _send_ctrl(self, message: Message, *, urgent: bool = False) -> None:
+        self._emit(Send(CONTROLLER_ID, message, urgent=urgent))
+
+    def _stop(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.log.error("node %d (%s) stopped: %s", self.node_id, self.address, error)
+        with self.lock:
+            self.backlog.clear()
+        slots = sum(1 for item in self._gathered if item.get("slot"))
+        self._gathered = []
+        if slots:
+            self._release(slots)
+        self.stopped = error
+        self._emit(Stop(error))
+        self._notify("stopped")
+
+    def _reject(self, reason: str, detail: str) -> None:
+        self.counters_.reject(reason)
+        self._limited.warning(f"reject:{reason}", "node %s rejected a message (%s): %s",
+                              self.address, reason, detail)
+
+    # ------------------------------------------------------------------ caller API (any thread)
+    def submit(self, payload: np.ndarray, fields: dict, *, slot: bool = True) -> tuple[int, Command | None]:
+        """Number and remember one checked own update (the caller applied it already, under ``lock``).
+
+        Returns ``(seq, Command("send"))`` for the driver to deliver to ``handle``; ``(0, None)``
+        when (re)joining: the update waits in the backlog and ``slot`` (if held) is released now."""
+        with self.lock:
+            if self.state is NodeState.RUNNING and self.stopped is False:
+                self.seq += 1
+                seq = self.seq
+                self.replay.remember(self.node_id, seq, payload, fields)
+                args = {"origin": self.node_id, "seq": seq, "payload": payload, "fields": fields,
+                        "slot": slot}
+                return seq, Command("send", args)
+            self.backlog.append((payload, fields))
+            if len(self.backlog) > self.config.replay_ring_messages:
+                # dropped consistently: the catch-up replaces the parameters it was applied to
+                del self.backlog[0]
+                self.counters_.add("backlog_dropped")
+        if slot:
+            self._release(1)
+        return 0, None
+
+    def all_acknowledged(self) -> bool:
+        """Does the controller hold every update this node submitted (as its last beat said)?"""
+        return self.state is not NodeState.JOINING and not self.backlog and self.acknowledged >= self.seq
+
+    def check_verdict(self, tolerance: float, current: Callable[[], np.ndarray] | None = None) -> Any:
+        """``check_replica``'s verdict (see ReplicaProbe.verdict); call it on the driver's thread."""
+        with self.lock:
+            live = current if current is not None else (lambda: self.params)
+            return self.probe.verdict(self.state is NodeState.RUNNING, self.counters_["resyncs"],
+                                      self.seen, self.replay, live, tolerance)
+
+    # ------------------------------------------------------------------ driver events
+    def _on_started(self, event: Started) -> None:
+        self.address = event.address
+        self._emit(Connect(CONTROLLER_ID, self.controller_address))
+        self._begin_join()
+        self._tick(self._now)  # the first JOIN leaves at once
+
+    def _on_stopping(self) -> None:
+        if self.node_id > 0:
+            self._send_ctrl(Message(Op.LEAVE, {"reason": "node stopping"}, src=self.node_id))
+        self.log.info("node %d (%s) stopping: %s", self.node_id, self.address,
+                      {k: self.counters_[k] for k in ("updates_sent", "updates_applied",
+                                                      "duplicates_dropped")})
+        self._stop(None)
+
+    def _on_dropped(self, event: Dropped) -> None:
+        self.counters_.add("updates_dropped_backpressure", event.count)
+        self.counters_.add("updates_relayed", -event.count)
+        self._limited.warning(f"drop:{event.peer}", "node %d: send queue to %d full, %d update(s) dropped",
+                              self.node_id, event.peer, event.count)
+
+    def _on_command(self, event: Command) -> None:
+        if event.name == "send":  # gathered while the driver says more commands follow (one batch)
+            self._gathered.append(event.args)
+            if not getattr(event, "more", False):
+                self._flush_gathered()
+        elif event.name == "check_request":
+            self._request_check()
+        elif event.name == "check_done":
+            self.probe.reset()
+        else:
+            raise ValueError(f"node: unknown command {event.name!r}")
+
+    def _flush_gathered(self) -> None:
+        items, self._gathered = self._gathered, []
+        self._send_own(items)
+
+    def _on_received(self, event: Received, *, held: bool = False) -> None:
+        msg = event.message
+        try:
+            if not self._authenticate(event, held):
+                return
+            handler = _HANDLERS.get(msg.op)
+            if handler is None:
+                raise FrameRejectedError("unknown_type", f"a node does not accept {msg.op} messages")
+            handler(self, msg, event.routing_id)
+        except FrameRejectedError as exc:
+            self._reject(exc.reason, exc.detail)
+        except FatalTransportError:
+            raise
+        except TransportError as exc:  # e.g. MeshError / InvalidSequenceError from a crafted message
+            self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+
+    def _authenticate(self, event: Received, held: bool) -> bool:
+        """Replies come back on our own connection to the controller; everything else arrives on our
+        ROUTER and counts only from a routing id the controller announced, under that member's id.
+        False: ignore quietly (or held); FrameRejectedError("bad_sender"): counted."""
+        msg = event.message
+        if event.routing_id is None:
+            if event.via not in (None, CONTROLLER_ID):
+                raise FrameRejectedError("bad_sender", f"{msg.op} on the connection to node {event.via}")
+            sender = CONTROLLER_ID
+        else:
+            sender = self._routes.sender(event.routing_id)
+            if sender is None and self.state is NodeState.JOINING:
+                self.counters_.add("ignored_while_joining")  # e.g. the controller's beat racing our reply
+                return False
+            # a new neighbour may send before the controller's MESH naming it reaches us
+            if (sender is None and not held and msg.op in (Op.UPDATE, Op.UPDATES)
+                    and self._unknown.hold(self._now, event)):
+                self.counters_.add("held_unknown_sender")
+                return False
+        if sender != msg.src:
+            raise FrameRejectedError("bad_sender", f"{msg.op} claiming node {msg.src} from a connection "
+                                     "that is not its own")
+        if msg.op in _CONTROLLER_OPS and sender != CONTROLLER_ID:
+            raise FrameRejectedError("bad_sender",
+                                     f"{msg.op} from node {sender}: only the controller sends it")
+        if sender == CONTROLLER_ID and self._watch is not None:
+            self._watch.heard()  # any frame of the controller's is a sign of life
+        return True
+
+    def on_join_reply(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.state is not NodeState.JOINING or msg["token"] != self._token:
+            return  # a late reply to an earlier attempt
+        mesh = _mesh_of(msg)
+        if msg["node_id"] not in mesh:
+            raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
+        self._routes.announce(msg["routes"], fresh=True)
+        with self.lock:
+            self.node_id = msg["node_id"]
+            self.seq = 0
+        self.ids_held.append(self.node_id)
+        self._set_acknowledged(0)
+        self._lost_since = None
+        self.restart = msg["restart"]
+        pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
+        if pace != (self.config.heartbeat_s, self.config.missed_beats):
+            # the controller's pace
+            self.config = self.config.replace(heartbeat_s=pace[0], missed_beats=pace[1])
+            self._beat = HeartbeatTimer(self.config.heartbeat_s, clock=self._clock)
+        self._watch = ControllerWatch(self.config.effective_controller_timeout_s, clock=self._clock)
+        self._install_mesh(mesh)
+        self.log.info("node %d joined the controller at %s from %s after %d attempt(s): parent %d, "
+                      "mesh version %d%s", self.node_id, self.controller_address, self.address,
+                      self._join_attempts, mesh.parent(self.node_id), mesh.version,
+                      " (restart)" if self.restart else "")
+        self._begin_sync("catch-up after joining")
+
+    def on_mesh(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.mesh is None or msg["version"] <= self.mesh.version:
+            return
+        mesh = _mesh_of(msg)
+        if self.node_id not in mesh:
+            self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
+            return
+        self._routes.announce(msg["routes"])
+        self._install_mesh(mesh)
+        self._release_held()
+
+    def on_heartbeat(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.state is NodeState.JOINING:
+            return
+        if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
+            if self._last_ctrl_beat is not None:  # the longest silence between two of the controller's beats
+                gap = (self._now - self._last_ctrl_beat) * 1000.0
+                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
+                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
+            self._last_ctrl_beat = self._now
+            return
+        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
+        latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._ctrl_origins = set(latest)
+        self._prune_origins(latest)
+        self._set_acknowledged(latest.get(self.node_id, 0))
+        if self.state is not NodeState.RUNNING:
+            return
+        mine = self.seen.watermark()
+        self._ctrl_watermarks.append((latest, self.seq, mine))
+        if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
+            return
+        # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
+        old, own_seq_then, mine_then = self._ctrl_watermarks[0]
+        quiet = self.config.heartbeat_s * self.config.missed_beats
+        acknowledged = latest.get(self.node_id, 0)
+        stuck = acknowledged == old.get(self.node_id, 0)
+        if stuck and acknowledged < own_seq_then and self._now - self._last_resend > quiet:
+            self._last_resend = self._now
+            self._resend_own(acknowledged, own_seq_then)
+        behind = [o for o, w in old.items()
+                  if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
+        if behind and self._now - self.download.last_sync > quiet:
+            self.log.warning("node %d is behind the controller for origins %s: re-syncing", self.node_id,
+                             behind[:8])
+            self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def _prune_origins(self, latest: dict[int, int]) -> None:
+        """Forget what the controller forgot: departed origins no longer in its watermark."""
+        self._recent_origins &= self._ctrl_origins
+        if self.mesh is None:
+            return
+        for origin in self.seen.origins():
+            if origin not in latest and origin not in self.mesh and origin != self.node_id:
+                self.seen.forget(origin)
+
+    def on_update(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.state is NodeState.JOINING:
+            return
+        fresh = self._fresh_updates(msg)
+        if fresh:
+            self._take(fresh, msg.src)
+
+    on_updates = on_update  # a batch is handled row by row, exactly like single updates
+
+    def on_evicted(self, msg: Message, routing_id: bytes | None) -> None:
+        if msg["node_id"] == self.node_id and self.state is not NodeState.JOINING:
+            self._rejoin(msg["reason"])  # (else about an id this process held before it rejoined)
+
+    def on_shutdown(self, msg: Message, routing_id: bytes | None) -> None:
+        raise ControllerLostError(f"node {self.node_id} ({self.address}): the controller at "
+                                  f"{self.controller_address} shut down ({msg['reason']})")
+
+    # ------------------------------------------------------------------ mesh and membership
+    def _install_mesh(self, mesh: MeshOrganizer) -> None:
+        wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
+        bad = [mesh.address(n) for n in wanted if not valid_address(mesh.address(n))]
+        if bad:
+            raise FrameRejectedError("bad_field",
+                                     f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
+        if self.mesh is not None:
+            self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
+        self.mesh = mesh
+        self.counters_.gauges["mesh_version"] = mesh.version
+        for node_id in sorted(self._peers):
+            if node_id not in wanted or self._peers[node_id] != mesh.address(node_id):
+                del self._peers[node_id]
+                self._emit(Disconnect(node_id, self.config.linger_s))
+        for node_id in sorted(wanted - set(self._peers)):
+            self._peers[node_id] = mesh.address(node_id)
+            self._emit(Connect(node_id, mesh.address(node_id)))
+
+    def _begin_join(self) -> None:
+        self.state = NodeState.JOINING
+        self._token = self._random(16).hex()
+        self._join_started = self._now
+        self._join_attempts = 0
+        self._next_join = self._now
+        self._backoff = BACKOFF_FIRST_S
+
+    def _rejoin(self, reason: str) -> None:
+        self.log.warning("node %d must rejoin: %s", self.node_id, reason)
+        self._unknown.clear()
+        self._stale.clear()
+        with self.lock:
+            self.replay.clear()
+            self.node_id = UNJOINED
+            self.state = NodeState.JOINING
+        for node_id in sorted(self._peers):
+            self._emit(Disconnect(node_id, 0.0))
+        self._peers.clear()
+        self.mesh = None
+        self._routes.clear()
+        self._recent_origins = set()
+        self.seen = SeenUpdates(self.config.dedup_window)
+        self.probe.reset()
+        self.counters_.add("rejoins")
+        self._begin_join()
+        self._tick_joining(self._now)  # the first JOIN leaves at once
+
+    def _set_acknowledged(self, watermark: int) -> None:
+        if watermark != self.acknowledged:
+            self.acknowledged = watermark
+            self._notify("acknowledged")
+
+    # ------------------------------------------------------------------ timers
+    def _tick(self, now: float) -> None:
+        self._release_held()
+        stalled = 0.0 if self._last_tick is None else now - self._last_tick
+        self._last_tick = now
+        if self._watch is not None and stalled > 2 * self.config.heartbeat_s:
+            # this process was frozen (SIGSTOP, swapping): the silence was ours, not the controller's;
+            # beat at once and let the controller say whether we are still a member
+            self.log.warning("node %d was frozen for %.1f s; checking in with the controller", self.node_id,
+                             stalled)
+            self._watch.heard()
+            self._beat = HeartbeatTimer(self.config.heartbeat_s, clock=self._clock)
+        if self.state is NodeState.JOINING:
+            self._tick_joining(now)
+            return
+        if self._watch is not None and self._watch.lost():
+            # a partition or a paused driver: keep trying to rejoin for controller_lost_timeout_s;
+            # on rejoin the replica is replaced by the master copy (see README: partitions)
+            self.log.warning("node %d (%s) lost the controller at %s: silent for %.1f s (timeout %.1f s); "
+                             "rejoining for up to %.1f s", self.node_id, self.address,
+                             self.controller_address,
+                             self._watch.silent_for(), self._watch.timeout_s,
+                             self.config.controller_lost_timeout_s)
+            self.counters_.add("controller_lost")
+            self._rejoin("lost the controller")
+            self._lost_since = now
+            return
+        if self.state is NodeState.SYNCING:
+            if self.download.timed_out(now):
+                raise JoinError(f"node {self.node_id}: the parameter download from {self.controller_address} "
+                                f"did not finish within {self.config.catchup_timeout_s:.1f} s "
+                                f"({self.download.requests()} request(s))")
+            if self.download.retry_due(now):
+                self.log.warning("node %d: no part of the parameter download arrived for a while; "
+                                 "asking again",
+                                 self.node_id)
+                self.counters_.add("download_retries")
+                self._request_params()
+        if self._beat.due():
+            self.counters_.gauges["beat_late_ms"] = round(self._beat.lateness_s * 1000.0, 2)
+            self._send_heartbeat()
+
+    def _tick_joining(self, now: float) -> None:
+        if self._lost_since is not None:
+            if now - self._lost_since > self.config.controller_lost_timeout_s:
+                raise ControllerLostError(
+                    f"node {self.address} lost the controller at {self.controller_address} and could not "
+                    "rejoin within controller_lost_timeout_s = "
+                    f"{self.config.controller_lost_timeout_s:.1f} s "
+                    f"({self._join_attempts} join attempts); "
+                    "what it submitted since is not in the master copy")
+        elif now - self._join_started > self.config.join_timeout_s:
+            raise JoinError(
+                f"could not join the controller at {self.controller_address} from local address "
+                f"{self.address}: no reply to {self._join_attempts} join attempts within "
+                f"{self.config.join_timeout_s:.1f} s (is the controller running and reachable, and do the "
+                "keys match?)")
+        if now >= self._next_join:
+            self._join_attempts += 1
+            self._send_ctrl(Message(Op.JOIN, {"address": self.address, "name": self.config.node_name,
+                                              "token": self._token}))
+            self._next_join = now + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+
+    def _send_heartbeat(self) -> None:
+        stats: dict[str, Any] = {k: self.counters_[k] for k in _STATS_KEYS}
+        stats["rejected_total"] = self.counters_.rejected_total()
+        stats["state"] = str(self.state)
+        stats.update(self.counters_.gauges)  # e.g. mesh_version, and whatever the embedding process reports
+        if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
+            with self.lock:
+                stats.update(params_checksum(self.params))
+        version = self.mesh.version if self.mesh is not None else 0
+        self._send_ctrl(Message(Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}},
+                                src=self.node_id), urgent=True)  # never behind our own queued updates
+
+    def next_timer(self) -> float | None:
+        """The driver time of the next JOIN attempt while joining (a driver may tick then), else None."""
+        return self._next_join if self.state is NodeState.JOINING and self.stopped is False else None
+
+
+def _mesh_of(msg: Message) -> MeshOrganizer:
+    try:
+        return MeshOrganizer.from_dict(msg["mesh"])
+    except TransportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
+        raise FrameRejectedError("bad_field",
+                                 f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
+
+
+_HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {
+    Op.JOIN_REPLY: NodeMachine.on_join_reply,
+    Op.MESH: NodeMachine.on_mesh,
+    Op.HEARTBEAT: NodeMachine.on_heartbeat,
+    Op.UPDATE: NodeMachine.on_update,
+    Op.UPDATES: NodeMachine.on_updates,
+    Op.PARAMS_REPLY: NodeMachine.on_params_reply,
+    Op.EVICTED: NodeMachine.on_evicted,
+    Op.SHUTDOWN: NodeMachine.on_shutdown,
+}
+
+__all__ = ["ApplyHook", "ApplyManyHook", "NodeMachine", "NodeState", "SlotToken"]

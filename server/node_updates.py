@@ -1,0 +1,199 @@
+"""The update path of ``NodeMachine``: own updates out, received ones checked, deduplicated, relayed
+(never back where they came from) and applied once, and the rows held for a newer mesh view.
+
+A mixin of server/node_machine.py (it uses the machine's state: ``mesh``, ``seen``, ``replay``,
+``counters_``, ``lock``, ``_emit``...); split out to keep each module one job and short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from psrv.server.node_guard import origin_allowed, patience_s
+from psrv.server.node_state import NodeState, SlotToken
+from psrv.transport.batch import batch_message, groups, unbatch
+from psrv.transport.codec import as_buffer
+from psrv.transport.errors import FrameRejectedError
+from psrv.transport.events import Send
+from psrv.transport.mesh import CONTROLLER_ID
+from psrv.transport.messages import Message
+from psrv.transport.payload import check_payload
+
+
+class UpdatePath:
+    """Own updates out, received updates in; see the module docstring."""
+
+    def _send_own(self, items: list[dict]) -> None:
+        """Send own updates (batched when several queued up); see batch.py."""
+        ready: list[tuple[dict, np.ndarray, bool]] = []
+        for item in items:
+            if item["origin"] != self.node_id or self.mesh is None:
+                if item.get("slot"):
+                    self._release(1)
+                continue  # submitted before a rejoin: the re-sync replaced the params it was applied to
+            self.seen.first_time(item["origin"], item["seq"])
+            ready.append(({"origin": item["origin"], "seq": item["seq"], **item["fields"]}, item["payload"],
+                          bool(item.get("slot"))))
+        if not ready:
+            return
+        targets = self.mesh.relay_targets(self.node_id, came_from=None)
+        for group in groups(ready, size_of=lambda item: item[1].nbytes):
+            slots = sum(1 for _, _, holds in group if holds)
+            token = SlotToken(len(targets), slots, self._release) if slots else None
+            self._relay([(fields, payload) for fields, payload, _ in group], came_from=None, token=token)
+            self.counters_.add("updates_sent", len(group))
+
+    def _relay(
+        self, items: list[tuple[dict, Any]], came_from: int | None, token: SlotToken | None = None
+    ) -> None:
+        """Send ``(fields, buffer)`` updates to every neighbour but ``came_from`` (None: our own,
+        never dropped; relayed copies are droppable)."""
+        own = came_from is None
+        for target in self.mesh.relay_targets(self.node_id, came_from=came_from):
+            if target != CONTROLLER_ID and target not in self._peers:
+                if token is not None:
+                    token.sent()
+                continue
+            for group in groups(items) if token is None else [items]:
+                self._emit(Send(target, batch_message(group, self.node_id), droppable=not own, token=token,
+                                count=len(group)))
+                if not own:
+                    self.counters_.add("updates_relayed", len(group))
+
+    def _resend_own(self, acknowledged: int, upto: int) -> None:
+        """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay
+        died): send them again from the replay ring; duplicates are dropped by every receiver."""
+        with self.lock:
+            again = self.replay.own(self.node_id, acknowledged, upto)
+        items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
+        for group in groups(items):
+            self._relay(group, came_from=None)
+        self.counters_.add("updates_resent", len(again))
+        self.log.warning("node %d: the controller lacks own updates %d..%d; resent %d from the ring",
+                         self.node_id, acknowledged + 1, upto, len(again))
+
+    def _take(self, fresh: list[tuple[dict, Any, np.ndarray]], came_from: int) -> None:
+        """Relay and apply (or, while downloading, hold) updates seen for the first time."""
+        self._relay([(f, b) for f, b, _ in fresh], came_from=came_from)
+        if self.state is NodeState.SYNCING:
+            for fields, _, payload in fresh:
+                if not self.replay.hold(fields["origin"], fields["seq"], payload, fields):
+                    self.counters_.add("updates_dropped_backpressure")
+            return
+        with self.lock:
+            if self._apply_many is not None and len(fresh) > 1:
+                self._apply_batch(fresh)
+                return
+            for fields, _, payload in fresh:
+                if self._apply_counted(payload, fields):
+                    self.replay.remember(fields["origin"], fields["seq"], payload, fields)
+
+    def _fresh_updates(self, msg: Message) -> list[tuple[dict, Any, np.ndarray]]:
+        """The rows of an UPDATE(S) as ``(fields, buffer, payload)`` that fit this model and arrive for
+        the first time; a bad row is a counted rejection, a repeat a counted duplicate, and a row of an
+        origin our mesh view does not explain yet waits for a newer MESH (see node_guard.py)."""
+        fresh = []
+        for fields, buffer in unbatch(msg):
+            try:
+                payload = self._fits(fields, buffer)
+                if not self._origin_ok(fields["origin"], msg.src):
+                    if fields["origin"] != self.node_id and self._stale.hold(
+                        self._now, (fields, buffer, payload, msg.src, self.mesh.version)
+                    ):
+                        self.counters_.add("held_stale_mesh")
+                        continue
+                    raise FrameRejectedError("bad_origin", f"update of origin {fields['origin']} from "
+                                             f"{msg.src}: not a member it may relay")
+            except FrameRejectedError as exc:
+                self._reject(exc.reason, exc.detail)
+                continue
+            if self._first_time(fields):
+                fresh.append((fields, buffer, payload))
+        return fresh
+
+    def _fits(self, fields: dict, buffer: Any) -> np.ndarray:
+        origin, seq = fields["origin"], fields["seq"]
+        if self.seen.too_far(origin, seq):
+            raise FrameRejectedError("bad_sequence",
+                                     f"update {origin}/{seq} is more than {self.seen.window} ahead of "
+                                     "what arrived")
+
+        return check_payload(np.frombuffer(as_buffer(buffer), dtype=np.int32), self.params.size,
+                             f"update {origin}/{seq}", self.config.max_tau)[0]
+
+    def _first_time(self, fields: dict) -> bool:
+        self.counters_.add("updates_received")
+        if self.seen.first_time(fields["origin"], fields["seq"]):
+            return True
+        self.counters_.add("duplicates_dropped")
+        return False
+
+    def _origin_ok(self, origin: int, came_from: int) -> bool:
+        return origin_allowed(self.mesh, self.node_id, origin, came_from,
+                              self._recent_origins | self._ctrl_origins)
+
+    def _release_held(self) -> None:
+        """A newer view arrived (or time passed): handle what it explains, refuse what waited too long."""
+        wait = patience_s(self.config.heartbeat_s)
+        if len(self._unknown):
+            ready, expired = self._unknown.release(
+                self._now, wait, lambda e: self._routes.sender(e.routing_id) is not None)
+            for event in expired:
+                self._reject("bad_sender", f"{event.message.op} claiming node {event.message.src} from a "
+                             f"connection never announced within {wait:.1f} s")
+            for event in ready:
+                self._on_received(event, held=True)
+        if len(self._stale) and self.mesh is not None:
+            version = self.mesh.version
+            ready, expired = self._stale.release(
+                self._now, wait, lambda r: r[4] < version and self._origin_ok(r[0]["origin"], r[3]))
+            for fields, _, _, came_from, _ in expired:
+                self._reject("bad_origin", f"update of origin {fields['origin']} from {came_from}: not a "
+                             f"member it may relay (held {wait:.1f} s for a newer mesh)")
+            for fields, buffer, payload, came_from, _ in ready:
+                if self.state is not NodeState.JOINING and self._first_time(fields):
+                    self._take([(fields, buffer, payload)], came_from)
+
+    def _apply_batch(self, fresh: list[tuple[dict, Any, np.ndarray]]) -> None:
+        """Several updates through the ``apply_many`` hook, counted like one by one (under the lock)."""
+        results = self._apply_many([p for _, _, p in fresh], [f for f, _, _ in fresh])
+        for (fields, _, payload), error in zip(fresh, results, strict=True):
+            if error is not None:
+                self._reject("bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {error}")
+                continue
+            self.counters_.applied(fields["origin"])
+            self.last_applied_now = self._now
+            self.replay.remember(fields["origin"], fields["seq"], payload, fields)
+
+    def _apply_counted(self, payload: np.ndarray, fields: dict) -> bool:
+        """Apply one received update and count it; one that does not decode is a counted rejection."""
+        try:
+            self._apply_update(payload, fields)
+        except FrameRejectedError as exc:
+            self._reject(exc.reason, exc.detail)
+            return False
+        self.counters_.applied(fields["origin"])
+        self.last_applied_now = self._now
+        return True
+
+    def _apply_update(self, payload: np.ndarray, header: dict) -> None:
+        if self._apply_hook is not None:
+            self._apply_hook(payload, header)
+            return
+        from psrv.encoding import MalformedMessageError, decode
+
+        try:
+            with self.lock:
+                decode(payload, self.params)
+        except MalformedMessageError as exc:
+            raise FrameRejectedError("bad_payload", f"update {header.get('origin')}/{header.get('seq')}: "
+                                     f"{exc}") from None
+
+    def _decode_local(self, payload: np.ndarray) -> None:
+        if self._apply_hook is not None:  # the live parameters are behind the hook
+            self._apply_hook(payload, {})
+            return
+        from psrv.encoding import decode
+
+        decode(payload, self.params)
