@@ -344,8 +344,8 @@ class ToyRole:
     def ready(self) -> bool:
         return getattr(self.machine, "state", "running") == "running"
 
-    def submit(self, payload: np.ndarray) -> Command | None:
-        return Command("submit", {"payload": payload})
+    def submit(self, payload: np.ndarray) -> list[Command]:
+        return [Command("submit", {"payload": payload})]
 
 
 def toy_setup(broken: str = "", hostile: bool = True):

@@ -290,15 +290,21 @@ class World:
         return payload, indices, values
 
     def submit(self, proc: Process) -> None:
+        """One update from ``proc``'s training loop: the role applies it locally and returns the
+        events that send it (none while the node is joining: it waits in the backlog), or None when
+        it refuses it (a stopped node)."""
         payload, indices, values = self.new_update()
-        event = proc.role.submit(payload)
-        if event is None:
-            self.stats["submit_refused"] += 1
-            return
         sub = Submission(len(self.subs) + 1, proc, self.sched.now, indices, values)
         self.subs.append(sub)
         self.by_payload[payload.tobytes()] = sub
-        self.handle(proc, event)
+        events = proc.role.submit(payload)
+        if events is None:
+            self.subs.pop()
+            del self.by_payload[payload.tobytes()]
+            self.stats["submit_refused"] += 1
+            return
+        for event in events:
+            self.handle(proc, event)
 
     def on_applied(self, proc: Process, payload: Any, header: dict) -> None:
         data = payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
@@ -336,8 +342,11 @@ class World:
 
         cfg = self.config
         self.start_controller()
+        burst, burst_at = cfg.extra.get("burst", (0, 0.0))
         for slot in range(cfg.nodes):
             at = self.sched.rng.uniform(*cfg.join_at_s)
+            if slot >= cfg.nodes - burst:  # a join burst: these all start within 10 ms, updates flowing
+                at = burst_at + self.sched.rng.uniform(0.0, 0.01)
             self.sched.at(at, self.start_node, slot)
             self.sched.at(at + 0.001, self._submit_loop, slot)
         if self.setup.hostile is not None:
@@ -355,6 +364,10 @@ class World:
         self.stats["steps"] = self.sched.steps
         self.failures.extend(invariants.check(self))
         self.failures.extend(self.net.codec_errors)
+        for proc in self.procs:  # what the machines refused themselves (they count, never raise)
+            refused = getattr(proc.role, "rejected", None)
+            if refused is not None:
+                self.counts.rejected.update(refused())
         return Result(self.seed, self.failures, self.sched.digest(), self.counts, self.stats)
 
     def calm_down(self) -> None:

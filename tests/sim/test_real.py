@@ -1,0 +1,138 @@
+"""The real machines (server/controller_machine.py, server/node_machine.py) in the simulation.
+
+Thousands of seeds, each a small mesh (a controller, 3-5 nodes, 64-256 float64 parameters) under a
+seeded mix of faults; a 1 024-node MESH with churn; a join burst while updates flow; determinism of
+the whole trace (twice in this process, and across PYTHONHASHSEED in two fresh interpreters).
+Replay one seed: ``PSRV_SIM_SEED=<seed> .venv/bin/python -m pytest tests/sim/test_real.py -k <test>``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.faults import Faults
+from sim.roles import controller_available, real_setup
+from sim.seeds import profile_rng, run_many, scaled, seed_list
+from sim.world import Result, SimConfig, World
+
+REASON = controller_available()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+SEEDS = 1000  # per test_real_seeds run; with the toy and the other tests about 2 000 runs in CI
+
+
+def small(seed: int, faults: Faults | None = None) -> SimConfig:
+    rng = profile_rng(seed)
+    faults = Faults.draw(rng) if faults is None else faults
+    return SimConfig(
+        nodes=rng.randint(3, 5), model_size=rng.choice((64, 128, 256)), duration_s=1.0, faults=faults
+    )
+
+
+def run_small(seed: int, faults: Faults | None = None) -> Result:
+    return World(seed, real_setup(), small(seed, faults)).run()
+
+
+def test_real_seeds_without_faults() -> None:
+    run_many(
+        seed_list(scaled(20), first=0),
+        lambda s: run_small(s, Faults()),
+        "tests/sim/test_real.py::test_real_seeds_without_faults",
+    )
+
+
+def test_real_seeds() -> None:
+    run_many(seed_list(scaled(SEEDS), first=100_000), run_small, "tests/sim/test_real.py::test_real_seeds")
+
+
+def test_same_seed_same_trace() -> None:
+    seed = int(os.environ.get("PSRV_SIM_SEED", 77))
+    faults = Faults(
+        loss=0.01,
+        duplicate=0.05,
+        reorder=0.1,
+        jitter_s=0.01,
+        partitions=1,
+        freezes=1,
+        crashes=1,
+        clock_jumps=1,
+        leaves=1,
+        hostile=1,
+    )
+    one, two = run_small(seed, faults), run_small(seed, faults)
+    assert one.digest == two.digest and one.stats == two.stats
+    assert one.digest != run_small(seed + 1, faults).digest
+
+
+_DIGEST = """
+import sys
+sys.path.insert(0, {tests!r})
+from sim.faults import Faults
+from sim.test_real import run_small
+faults = Faults(loss=0.01, duplicate=0.05, reorder=0.1, jitter_s=0.01, partitions=1, freezes=1, crashes=1,
+                clock_jumps=1, hostile=1)
+print(run_small(5, faults).digest)
+"""
+
+
+def test_same_trace_whatever_the_hash_seed() -> None:
+    """A replay happens in another interpreter: set iteration order (str, bytes hashes) must not matter."""
+    tests = str(Path(__file__).resolve().parents[1])
+    digests = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", _DIGEST.format(tests=tests)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        digests.append(out.stdout.strip().splitlines()[-1])
+    assert digests[0] == digests[1]
+
+
+def test_join_burst_while_updates_flow() -> None:
+    """Issue 15: 120 nodes join within 10 ms while 8 others submit; admission control holds some back."""
+    for seed in seed_list(1, first=500):
+        cfg = SimConfig(
+            nodes=128,
+            model_size=128,
+            duration_s=2.0,
+            drain_s=15.0,
+            update_every_s=(0.05, 0.2),
+            tick_s=(0.02, 0.05),
+            extra={"burst": (120, 0.5)},
+        )
+        World(seed, real_setup(hostile=False), cfg).run().check("tests/sim/test_real.py::test_join_burst")
+
+
+@pytest.mark.slow
+def test_mesh_1024_with_churn() -> None:
+    """A 1 024-node MESH (fan-out 8, depth <= 4): join, relayed updates, churn (crashes and leaves that
+    rejoin), checked with the same invariants."""
+    for seed in seed_list(1, first=900):
+        faults = Faults(crashes=6, leaves=6, freezes=2, restart_s=(0.05, 0.3))
+        cfg = SimConfig(
+            nodes=1024,
+            model_size=64,
+            duration_s=2.5,
+            drain_s=20.0,
+            update_every_s=(2.0, 6.0),
+            tick_s=(0.03, 0.05),
+            join_at_s=(0.0, 0.5),
+            faults=faults,
+            extra={"mesh": "mesh", "fan_out": 8, "join_rate_per_s": 5000.0, "max_pending_joins": 1024},
+        )
+        world = World(seed, real_setup(hostile=False), cfg)
+        result = world.run()
+        mesh = world.controller.role.machine.mesh
+        assert len(mesh.node_ids()) == 1024 and mesh.depth() <= 4
+        print(f"\nmesh 1024: {dict(result.stats)}; {result.counts.summary()}")
+        result.check("tests/sim/test_real.py::test_mesh_1024_with_churn")
