@@ -49,9 +49,8 @@ def _applier(params_of: Any, hooks: Hooks) -> Any:
         try:
             decode(payload, params_of())
         except MalformedMessageError as exc:
-            raise FrameRejectedError(
-                "bad_payload", f"update {header.get('origin')}/{header.get('seq')}: {exc}"
-            )
+            what = f"update {header.get('origin')}/{header.get('seq')}"
+            raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
         hooks.applied(payload, header)
 
     return apply
