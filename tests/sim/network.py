@@ -116,6 +116,7 @@ class Network:
         self.chunk_bytes = chunk_bytes
         self.max_message_bytes = max_message_bytes
         self.max_header_bytes = max_header_bytes
+        self.reassembly_bytes = 1024 * 1024
         self.by_address: dict[str, Process] = {}
         self.by_routing: dict[bytes, Process] = {}
         self.links: dict[tuple[str, str, str], LinkState] = {}
@@ -127,8 +128,8 @@ class Network:
     def attach(self, proc: Process) -> None:
         self.by_address[proc.address] = proc
         self.by_routing[proc.routing_id] = proc
-        proc.reassembler = Reassembler(
-            64 * 1024 * 1024, 30.0, clock=lambda p=proc: self.sched.now + p.clock_offset
+        proc.reassembler = Reassembler(  # the loop sizes its budget from the model: small here
+            self.reassembly_bytes, 30.0, clock=lambda p=proc: self.sched.now + p.clock_offset
         )
 
     def detach(self, proc: Process) -> None:

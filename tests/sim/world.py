@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from psrv.encoding import sparse_message
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Event, Received, Reply, Send, Started, Tick
+from psrv.transport.events import Command, Event, Received, Reply, Send, Started, Tick
 
 from sim.faults import FaultCounts, Faults
 from sim.network import Network, Process
@@ -108,6 +108,8 @@ def describe(event: Any) -> str:
         )
     if isinstance(event, Send):
         return f"Send to={event.to} {event.message.op.value} {sorted(event.message.fields.items())!r:.300}"
+    if isinstance(event, Command):
+        return f"Command {event.name} {sorted(event.args)}"
     if isinstance(event, Reply):
         return f"Reply {event.routing_id.hex()} {event.message.op.value}"
     return repr(event)[:200]
