@@ -17,13 +17,25 @@ import numpy as np
 from psrv.encoding import sparse_message
 from psrv.transport.codec import as_buffer, encode_frames, pack_header
 from psrv.transport.events import Connect, Received, Send, Started, Tick
-from psrv.transport.messages import INT64_MAX, Message, Op
+from psrv.transport.messages import CATALOGUE, INT64_MAX, Message, Op
 
 from sim.network import Process
 
 
+def _complete(op: Op, fields: dict) -> dict:
+    """``fields`` plus a plausible value for any field the catalogue requires that it lacks (the
+    catalogue grows while the protocol changes; a hostile's frames should stay well-formed)."""
+    out = dict(fields)
+    for name, types in CATALOGUE[op].fields.items():
+        if name not in out:
+            out[name] = "ab" * 16 if str in types else 0 if int in types else {} if dict in types else None
+    return out
+
+
 def _frames(message: Message) -> list[bytes]:
-    return [f if type(f) is bytes else bytes(as_buffer(f)) for f in encode_frames(message)]
+    """The frames of a well-formed (if forged) message, whatever fields the catalogue added since."""
+    whole = Message(message.op, _complete(message.op, message.fields), message.buffers, message.src)
+    return [f if type(f) is bytes else bytes(as_buffer(f)) for f in encode_frames(whole)]
 
 
 def _raw(header: dict, *buffers: bytes) -> list[bytes]:
@@ -54,7 +66,7 @@ class HostileRole:
 
     def _join(self, token: str, address: str | None = None) -> Send:
         fields = {"address": address or self.proc.address, "name": None, "token": token}
-        return Send(0, Message(Op.JOIN, fields))
+        return Send(0, Message(Op.JOIN, _complete(Op.JOIN, fields)))
 
     def handle(self, event: Any, now: float) -> list[Any]:
         if isinstance(event, Started):
@@ -165,7 +177,10 @@ class HostileRole:
         seq = rng.choice((1, 2, 10**12, INT64_MAX))
         fields = {"origin": victim, "seq": seq, "iteration": 0, "epoch": 0, "tau": 0.5, "encoding": "sparse"}
         src = rng.choice((victim, self.node_id or victim, 0))
-        self._put_any(rng, _raw({"v": 1, "op": "update", "src": src, **fields}, self._payload(rng)))
+        self._put_any(
+            rng,
+            _raw({"v": 1, "op": "update", "src": src, **_complete(Op.UPDATE, fields)}, self._payload(rng)),
+        )
 
     def _attack_forged_leave(self, rng: Any) -> None:
         self._put(

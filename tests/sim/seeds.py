@@ -54,3 +54,19 @@ def run_many(seeds: list[int], run: Callable[[int], Result], replay: str) -> Fau
 def profile_rng(seed: int) -> random.Random:
     """The random source of a seed's fault profile (apart from the run's own, so it can be printed)."""
     return random.Random(f"profile-{seed}")
+
+
+def digest_elsewhere(code: str, hash_seed: str) -> str:
+    """The last line ``code`` prints, run in a fresh interpreter with PYTHONHASHSEED=``hash_seed``:
+    a replay happens in another process, where str and bytes hash (and set order) differ."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    script = f"import sys\nsys.path.insert(0, {tests!r})\n{code}"
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=150, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]

@@ -11,7 +11,7 @@ from psrv.transport.messages import Message, Op
 from sim.faults import FaultCounts, Faults
 from sim.network import Network, Process
 from sim.scheduler import Scheduler
-from sim.seeds import profile_rng, run_many, seed_list
+from sim.seeds import digest_elsewhere, profile_rng, run_many, seed_list
 from sim.toy import toy_setup
 from sim.world import SimConfig, World
 
@@ -201,6 +201,20 @@ def test_same_seed_same_trace_other_seed_other_trace() -> None:
     assert one.digest == two.digest and one.stats == two.stats
     assert one.digest != other.digest
     one.check("tests/sim/test_harness.py")
+
+
+_DIGEST = """
+from sim.faults import Faults
+from sim.toy import toy_setup
+from sim.world import SimConfig, World
+faults = Faults(loss=0.01, duplicate=0.05, reorder=0.1, jitter_s=0.01, partitions=1, freezes=1, crashes=1,
+                clock_jumps=1, leaves=1, hostile=1)
+print(World(5, toy_setup(), SimConfig(faults=faults)).run().digest)
+"""
+
+
+def test_same_trace_in_another_interpreter_whatever_the_hash_seed() -> None:
+    assert digest_elsewhere(_DIGEST, "1") == digest_elsewhere(_DIGEST, "2")
 
 
 def test_freeze_holds_messages_then_delivers_them_at_once() -> None:
