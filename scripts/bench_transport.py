@@ -29,9 +29,10 @@ import time
 import msgpack
 import numpy as np
 import zmq
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server import Controller, Node
+from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
-from psrv.transport.endpoint import ZERO_COPY_MIN_BYTES
+from psrv.transport.loop import ZERO_COPY_MIN_BYTES
 from psrv.transport.messages import PROTOCOL_VERSION
 
 KB = 1024

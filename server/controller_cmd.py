@@ -7,6 +7,7 @@ import json
 import sys
 
 import numpy as np
+from psrv.server import Controller
 from psrv.server.options import (
     add_network_options,
     config_from_args,
@@ -14,7 +15,7 @@ from psrv.server.options import (
     stop_event_on_signals,
     warn_if_insecure,
 )
-from psrv.transport import Controller, TransportError
+from psrv.transport import TransportError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -41,7 +41,6 @@ from psrv.transport.errors import (
     SendQueueFullError,
     TransportError,
 )
-from psrv.transport.events import Command
 from psrv.transport.payload import check_payload
 from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck
 
@@ -65,7 +64,7 @@ class Node:
         installed: Callable[[np.ndarray], None] | None = None,
         apply_many: ApplyManyHook | None = None,
     ) -> None:
-        from psrv.transport.loop import check_params
+        from psrv.transport.warmup import check_params
 
         self.config = config
         self.params = check_params(params)
@@ -76,7 +75,6 @@ class Node:
         self._apply_hook = apply
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._changed = threading.Condition()  # the machine caught up, was acknowledged, or stopped
-        self._ready = threading.Event()
         self.machine = NodeMachine(
             config, self.params, controller_address, random_bytes=os.urandom, lock=self.lock, apply=apply,
             apply_many=apply_many, installed=installed, want_updater_state=want_updater_state,
@@ -84,9 +82,8 @@ class Node:
         )
         self._loop: Any = None
 
-    def _notified(self, what: str) -> None:
-        if what in ("ready", "stopped"):
-            self._ready.set()
+    def _notified(self, what: str | BaseException | None = None) -> None:
+        """The machine caught up, was acknowledged or stopped (or the loop ended): wake the waiters."""
         with self._changed:
             self._changed.notify_all()
 
@@ -99,28 +96,35 @@ class Node:
     mesh = property(lambda self: self.machine.mesh)
     seen = property(lambda self: self.machine.seen)
     address = property(lambda self: self.machine.address)
+    # what this node's connection to the controller presents (the controller binds the id to it)
+    routing_id = property(lambda self: self.machine.link_id(0))
+
+    def _receive(self, frames: list[Any], identity: bytes | None, _sock: Any = None) -> None:
+        """The tests' way in: one received message through the loop's receive path (on its thread)."""
+        self._loop.receive(frames, identity)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Node:
         """Bind, start the I/O thread, join and catch up; raises what went wrong (JoinError...)."""
-        from psrv.transport.loop import Loop, warm_up_decode
+        from psrv.transport.loop import Loop
+        from psrv.transport.warmup import warm_up_decode
 
         if self._loop is not None:
             raise NotRunningError("node already started")
-        if self._apply_hook is None:
-            warm_up_decode(self.params.dtype)
-        self._loop = Loop(self.machine, self.config, role="node", params_nbytes=self.params.nbytes,
-                          counters=self.counters_)
-        self._loop.start()
+        dtype = self.params.dtype
+        self._loop = Loop(
+            self.config, self.machine, role="node", counters=self.counters_, params_nbytes=self.params.nbytes,
+            warm_up=(lambda: warm_up_decode(dtype)) if self._apply_hook is None else None,
+            on_stopped=self._notified,
+        )
         deadline = self.config.join_timeout_s + self.config.catchup_timeout_s + 1.0
-        if not self._ready.wait(deadline) and self.error is None:
-            self._loop.stop(5.0)
-            raise JoinError(f"node did not join and catch up with the controller at "
-                            f"{self.controller_address} within {deadline:.1f} s "
-                            f"(local address {self.address})")
-        if self.error is not None:
-            self._loop.stop(5.0)
-            raise self.error
+
+        def timed_out(waited: float) -> JoinError:
+            return JoinError(f"node did not join and catch up with the controller at "
+                             f"{self.controller_address} within {waited:.1f} s "
+                             f"(local address {self.address})")
+
+        self._loop.start(deadline, timed_out)
         return self
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -164,7 +168,7 @@ class Node:
 
     def counters(self) -> dict[str, Any]:
         """A snapshot of this process's counters plus the checksum of the local parameters."""
-        from psrv.transport.loop import params_checksum
+        from psrv.transport.warmup import params_checksum
 
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
@@ -216,7 +220,7 @@ class Node:
                     raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc
             seq, command = self.machine.submit(payload, fields)
         if command is not None:
-            self._loop.command(command)
+            self._loop.command(command.name, command.args)
         return seq
 
     def wait_acknowledged(self, timeout_s: float) -> bool:
@@ -269,7 +273,7 @@ class Node:
             while time.monotonic() < deadline:
                 remaining = max(0.1, deadline - time.monotonic())
                 if not requested:
-                    self._loop.command(Command("check_request"))
+                    self._loop.command("check_request")
                     requested = self.call(lambda: machine.probe.request != 0, timeout_s=remaining)
                     if not requested:  # (re)joining or re-syncing: ask once it runs again
                         last = f"node is {self.state}"
@@ -286,5 +290,5 @@ class Node:
             return ReplicaCheck("unavailable", detail=f"{type(exc).__name__}: {exc}")
         finally:
             if self.running:
-                self._loop.command(Command("check_done"))
+                self._loop.command("check_done")
         return ReplicaCheck("unavailable", detail=f"no comparable snapshot within {timeout_s} s ({last})")

@@ -20,6 +20,7 @@ from psrv.server.node_state import NodeState
 from psrv.transport.codec import as_buffer
 from psrv.transport.dedup import SeenUpdates
 from psrv.transport.errors import FrameRejectedError
+from psrv.transport.events import Ready
 from psrv.transport.messages import Message, Op
 from psrv.transport.replay import ReplayLog
 from psrv.transport.replica import ReplicaCheck, compare, covers, expected_replica
@@ -203,6 +204,7 @@ class SyncPath:
         self._ctrl_watermarks.clear()
         self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
                       snap.master.size, len(snap.watermark), replayed)
+        self._emit(Ready())  # start() returns (a driver ignores repeats)
         self._notify("ready")
 
     def _begin_sync(self, reason: str) -> None:

@@ -12,6 +12,7 @@ import sys
 import time
 
 import numpy as np
+from psrv.server.node import Node
 from psrv.server.options import (
     StopFlag,
     add_network_options,
@@ -21,7 +22,7 @@ from psrv.server.options import (
     warn_if_insecure,
 )
 from psrv.server.synthetic import SyntheticUpdates
-from psrv.transport import JoinError, Node, SendQueueFullError, TransportConfig, TransportError
+from psrv.transport import JoinError, SendQueueFullError, TransportConfig, TransportError
 from psrv.transport.client import request_status
 
 EXIT_LOST = 3

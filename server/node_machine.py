@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
 from psrv.server.node_catchup import Download, ReplicaProbe, SyncPath
 from psrv.server.node_guard import HeldQueue, Routes
 from psrv.server.node_state import NodeState, SlotToken
@@ -55,7 +56,6 @@ from psrv.server.node_updates import UpdatePath
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.endpoint import params_checksum
 from psrv.transport.errors import (
     ControllerLostError,
     FatalTransportError,
@@ -78,11 +78,12 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.membership import ControllerWatch, HeartbeatTimer
+from psrv.transport.identity import SESSION_BYTES, link_id
 from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.replay import ReplayLog
 from psrv.transport.sockets import valid_address
+from psrv.transport.warmup import params_checksum
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 #: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
@@ -130,7 +131,7 @@ class NodeMachine(UpdatePath, SyncPath):
         self._now = 0.0
         self._limited = RateLimitedLog(self.log, config.log_interval_s, clock=lambda: self._now)
         self.address: str | None = None
-        self.routing_id = random_bytes(16)  # what this process's connections present (see ``link_id``)
+        self.session = b""  # drawn per join: the key of this node's per-link routing ids (``link_id``)
         self.node_id = UNJOINED
         self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.restart = False  # the controller knew this node's name from an earlier join
@@ -150,8 +151,9 @@ class NodeMachine(UpdatePath, SyncPath):
         self._stale: HeldQueue[tuple[dict, Any, np.ndarray, int, int]] = HeldQueue()  # bad_origin rows
         self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
         self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
-        self._watch: ControllerWatch | None = None
-        self._beat = HeartbeatTimer(config.heartbeat_s, clock=self._clock)
+        self._watch: PeerWatch | None = None  # the controller's liveness, once joined
+        self._beat = BeatTimer(config.heartbeat_s)
+        self._freeze = FreezeGuard(config.heartbeat_s)
         self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)  # (theirs, own seq, ours)
         self._last_resend = -1e18
         self._token = ""
@@ -159,19 +161,15 @@ class NodeMachine(UpdatePath, SyncPath):
         self._join_attempts = 0
         self._backoff = BACKOFF_FIRST_S
         self._lost_since: float | None = None  # when the controller was lost (rejoining since)
-        self._last_tick: float | None = None
         self._last_ctrl_beat: float | None = None
         self.download = Download(config.catchup_timeout_s)
         self.probe = ReplicaProbe()
         self._out: list[Action] = []
         self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
-    def _clock(self) -> float:
-        return self._now
-
     def link_id(self, to: int) -> bytes:
-        """The routing id this node's connection to member ``to`` presents."""
-        return self.routing_id
+        """The routing id this node's connection to member ``to`` presents (transport/identity.py)."""
+        return link_id(self.session, to)
 
     # ------------------------------------------------------------------ the one entry point
     def handle(self, event: Event, now: float) -> list[Action]:
@@ -192,8 +190,7 @@ class NodeMachine(UpdatePath, SyncPath):
             elif isinstance(event, Command):
                 self._on_command(event)
             elif isinstance(event, ChunkArrived):
-                if event.src == CONTROLLER_ID and self.state is NodeState.SYNCING:
-                    self.download.progress = now  # a large download is moving: no need to ask again
+                self._on_chunk(event)
             elif isinstance(event, Dropped):
                 self._on_dropped(event)
             elif isinstance(event, Started):
@@ -265,7 +262,6 @@ class NodeMachine(UpdatePath, SyncPath):
     # ------------------------------------------------------------------ driver events
     def _on_started(self, event: Started) -> None:
         self.address = event.address
-        self._emit(Connect(CONTROLLER_ID, self.controller_address))
         self._begin_join()
         self._tick(self._now)  # the first JOIN leaves at once
 
@@ -276,6 +272,20 @@ class NodeMachine(UpdatePath, SyncPath):
                       {k: self.counters_[k] for k in ("updates_sent", "updates_applied",
                                                       "duplicates_dropped")})
         self._stop(None)
+
+    def _on_chunk(self, event: ChunkArrived) -> None:
+        """A piece of a large message was stored: from the controller, a sign of life, and a download
+        that moves (no need to ask again). Only on the controller's connection, whatever it claims."""
+        if event.src != CONTROLLER_ID:
+            return
+        on_ctrl = event.via == CONTROLLER_ID if event.routing_id is None else (
+            self._routes.sender(event.routing_id) == CONTROLLER_ID)
+        if not on_ctrl:
+            return
+        if self._watch is not None:
+            self._watch.heard(self._now)
+        if self.state is NodeState.SYNCING:
+            self.download.progress = self._now
 
     def _on_dropped(self, event: Dropped) -> None:
         self.counters_.add("updates_dropped_backpressure", event.count)
@@ -341,7 +351,7 @@ class NodeMachine(UpdatePath, SyncPath):
             raise FrameRejectedError("bad_sender",
                                      f"{msg.op} from node {sender}: only the controller sends it")
         if sender == CONTROLLER_ID and self._watch is not None:
-            self._watch.heard()  # any frame of the controller's is a sign of life
+            self._watch.heard(self._now)  # any frame of the controller's is a sign of life
         return True
 
     def on_join_reply(self, msg: Message, routing_id: bytes | None) -> None:
@@ -362,8 +372,9 @@ class NodeMachine(UpdatePath, SyncPath):
         if pace != (self.config.heartbeat_s, self.config.missed_beats):
             # the controller's pace
             self.config = self.config.replace(heartbeat_s=pace[0], missed_beats=pace[1])
-            self._beat = HeartbeatTimer(self.config.heartbeat_s, clock=self._clock)
-        self._watch = ControllerWatch(self.config.effective_controller_timeout_s, clock=self._clock)
+            self._beat = BeatTimer(self.config.heartbeat_s)
+            self._freeze = FreezeGuard(self.config.heartbeat_s, self._now)
+        self._watch = PeerWatch(self.config.effective_controller_timeout_s, self._now)
         self._install_mesh(mesh)
         self.log.info("node %d joined the controller at %s from %s after %d attempt(s): parent %d, "
                       "mesh version %d%s", self.node_id, self.controller_address, self.address,
@@ -461,11 +472,16 @@ class NodeMachine(UpdatePath, SyncPath):
                 self._emit(Disconnect(node_id, self.config.linger_s))
         for node_id in sorted(wanted - set(self._peers)):
             self._peers[node_id] = mesh.address(node_id)
-            self._emit(Connect(node_id, mesh.address(node_id)))
+            self._emit(Connect(node_id, mesh.address(node_id), routing_id=self.link_id(node_id)))
 
     def _begin_join(self) -> None:
         self.state = NodeState.JOINING
         self._token = self._random(16).hex()
+        self.session = self._random(SESSION_BYTES)
+        # a new session, a new connection to the controller: replies (JOIN_REPLY, PARAMS_REPLY, its
+        # liveness beats) come back on it; the old one (a previous membership) is replaced
+        self._emit(Connect(CONTROLLER_ID, self.controller_address, routing_id=self.link_id(CONTROLLER_ID),
+                           listen=True))
         self._join_started = self._now
         self._join_attempts = 0
         self._next_join = self._now
@@ -499,25 +515,24 @@ class NodeMachine(UpdatePath, SyncPath):
     # ------------------------------------------------------------------ timers
     def _tick(self, now: float) -> None:
         self._release_held()
-        stalled = 0.0 if self._last_tick is None else now - self._last_tick
-        self._last_tick = now
-        if self._watch is not None and stalled > 2 * self.config.heartbeat_s:
+        stalled = self._freeze.frozen_for(now)
+        if self._watch is not None and stalled:
             # this process was frozen (SIGSTOP, swapping): the silence was ours, not the controller's;
             # beat at once and let the controller say whether we are still a member
             self.log.warning("node %d was frozen for %.1f s; checking in with the controller", self.node_id,
                              stalled)
-            self._watch.heard()
-            self._beat = HeartbeatTimer(self.config.heartbeat_s, clock=self._clock)
+            self._watch.heard(now)
+            self._beat = BeatTimer(self.config.heartbeat_s)
         if self.state is NodeState.JOINING:
             self._tick_joining(now)
             return
-        if self._watch is not None and self._watch.lost():
+        if self._watch is not None and self._watch.lost(now):
             # a partition or a paused driver: keep trying to rejoin for controller_lost_timeout_s;
             # on rejoin the replica is replaced by the master copy (see README: partitions)
             self.log.warning("node %d (%s) lost the controller at %s: silent for %.1f s (timeout %.1f s); "
                              "rejoining for up to %.1f s", self.node_id, self.address,
                              self.controller_address,
-                             self._watch.silent_for(), self._watch.timeout_s,
+                             self._watch.silent_for(now), self._watch.timeout_s,
                              self.config.controller_lost_timeout_s)
             self.counters_.add("controller_lost")
             self._rejoin("lost the controller")
@@ -534,7 +549,7 @@ class NodeMachine(UpdatePath, SyncPath):
                                  self.node_id)
                 self.counters_.add("download_retries")
                 self._request_params()
-        if self._beat.due():
+        if self._beat.due(now):
             self.counters_.gauges["beat_late_ms"] = round(self._beat.lateness_s * 1000.0, 2)
             self._send_heartbeat()
 
@@ -556,7 +571,7 @@ class NodeMachine(UpdatePath, SyncPath):
         if now >= self._next_join:
             self._join_attempts += 1
             self._send_ctrl(Message(Op.JOIN, {"address": self.address, "name": self.config.node_name,
-                                              "token": self._token}))
+                                              "token": self._token, "session": self.session.hex()}))
             self._next_join = now + self._backoff
             self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
 

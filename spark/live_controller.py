@@ -85,7 +85,7 @@ _GAUGES = frozenset({"node_id", "mesh_version", "params_sum", "params_abs_sum", 
 
 def start_controller(conf: Any, spark_context: SparkContext, network: Any, kept: bool) -> LiveController:
     """A controller holding ``network``'s parameters and updater state (keys generated when secure)."""
-    from psrv.transport import Controller
+    from psrv.server import Controller
 
     keys = None
     if conf.secure:

@@ -139,7 +139,8 @@ def route_source_address(address: str) -> str | None:
 
 
 def _start_node(setup: WorkerSetup, network: Any, part: int, sharing: Any = None) -> Any:
-    from psrv.transport import Node, TransportError
+    from psrv.server.node import Node
+    from psrv.transport import TransportError
 
     config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
     if setup.network_mask is None and not os.environ.get("PSRV_IP", "").strip():

@@ -126,8 +126,13 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
         raise FrameRejectedError("bad_field", f"{op}: src must be an int >= -1, got {src!r}")
     schema = CATALOGUE[op]
     fields: dict[str, Any] = {}
+    absent = 0
     for name, types in schema.fields.items():
         if name not in header:
+            if name in schema.optional:
+                fields[name] = None
+                absent += 1
+                continue
             raise FrameRejectedError("bad_field", f"{op}: missing field {name!r}")
         value = header[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
@@ -136,7 +141,8 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
                 "bad_field", f"{op}: field {name!r} must be {expected}, got {value!r:.80}"
             )
         fields[name] = value
-    extra = () if len(header) == len(fields) + len(RESERVED) else set(header) - set(fields) - set(RESERVED)
+    present = len(fields) - absent
+    extra = () if len(header) == present + len(RESERVED) else set(header) - set(fields) - set(RESERVED)
     if extra:
         raise FrameRejectedError("bad_field", f"{op}: unexpected fields {sorted(extra)}")
     if not schema.min_buffers <= len(buffers) <= schema.max_buffers:

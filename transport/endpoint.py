@@ -15,7 +15,6 @@ import queue
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +40,9 @@ from psrv.transport.netmask import choose_address
 from psrv.transport.payload import check_payload
 from psrv.transport.peer import Peer
 from psrv.transport.sockets import Security, bind_router, connect_dealer, valid_address
+from psrv.transport.warmup import DECODE_KERNELS, check_params, params_checksum, warm_up_decode
+
+__all__ = ["DECODE_KERNELS", "ApplyHook", "Endpoint", "check_params", "params_checksum", "warm_up_decode"]
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 _instance_ids = itertools.count(1)
@@ -48,52 +50,6 @@ _POLL_MAX_S = 0.05
 ZERO_COPY_MIN_BYTES = 128 * 1024  # measured with pyzmq 27: copying wins below, zero-copy above
 DRAIN_MAX_S = 0.02  # one socket's turn of receiving, before the loop's timers get theirs
 RECEIVE_BUDGET = 512  # messages per turn of a socket
-
-
-def check_params(params: np.ndarray) -> np.ndarray:
-    if (
-        not isinstance(params, np.ndarray)
-        or params.ndim != 1
-        or params.dtype.kind != "f"
-        or not params.flags.c_contiguous
-        or not params.flags.writeable
-    ):
-        desc = (
-            f"{params.dtype}{list(params.shape)} contiguous={params.flags.c_contiguous}"
-            if isinstance(params, np.ndarray)
-            else type(params).__name__
-        )
-        raise TransportConfigError(
-            f"params must be a writeable 1-D C-contiguous float32/float64 array, got {desc}"
-        )
-    return params
-
-
-def params_checksum(params: np.ndarray) -> dict[str, Any]:
-    """Sum (tolerant to rounding order) and crc32 (exact bytes) of a parameter vector."""
-    return {
-        "params_sum": float(np.sum(params, dtype=np.float64)),
-        "params_abs_sum": float(np.sum(np.abs(params), dtype=np.float64)),
-        "params_crc32": zlib.crc32(memoryview(params).cast("B")) & 0xFFFFFFFF,
-    }
-
-
-DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap")
-
-
-def warm_up_decode(dtype: np.dtype) -> None:
-    """Compile (or load from numba's cache) every kernel the I/O thread calls, before it runs: a
-    first sparse decode compiling inside the I/O thread froze a node for 2 s under load (it was
-    evicted). Both wire forms are decoded once, so any first-call cost is paid here too."""
-    from psrv.encoding import _kernels, decode, encode
-
-    for name in DECODE_KERNELS:
-        _ = getattr(_kernels, name).dispatcher  # every explicit signature, all float dtypes
-    dense = np.ones(32, dtype=dtype)  # every element at the threshold: the bitmap form
-    sparse = np.zeros(4096, dtype=dtype)  # one element: the sparse form
-    sparse[7] = 1.0
-    for vector in (dense, sparse):
-        decode(encode(vector.copy(), 0.5), np.zeros(vector.size, dtype=dtype))
 
 
 class Endpoint:

@@ -51,9 +51,12 @@ class Received:
 
 @dataclass(frozen=True, slots=True)
 class ChunkArrived:
-    """A piece of a large message from ``src`` was stored (a download is moving)."""
+    """A piece of a large message from ``src`` was stored (a download is moving). ``routing_id`` /
+    ``via`` say which connection it came on, as for ``Received`` (``src`` is only what it claims)."""
 
     src: int
+    routing_id: bytes | None = None
+    via: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ class Command:
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
+    # another queued command follows at once: a machine may gather (e.g. batch sends) and act on the
+    # last one; a driver that delivers one command at a time leaves it False
+    more: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +99,8 @@ class Send:
 
     ``droppable``: a relayed update, dropped (and reported back as ``Dropped``) when the peer's
     queue is full; ``urgent``: small and order-free (a beat), may jump the queue; ``token``: opaque,
-    told when the frames reached the socket (the node's submit slots)."""
+    told when the frames reached the socket (the node's submit slots): the driver calls its
+    ``sent()`` once, also when the message could not be sent (dropped, no connection, closed)."""
 
     to: int
     message: Message
@@ -113,10 +120,17 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Connect:
-    """Open (or keep) an outgoing connection to member ``peer`` at ``address``."""
+    """Open (or keep) an outgoing connection to member ``peer`` at ``address``.
+
+    ``routing_id``: what the receiver's ROUTER sees as this connection's identity (see
+    transport/identity.py; None: the driver's own default); ``listen``: also receive on it (the
+    replies of the peer's ROUTER come back on it, as ``Received(via=peer)``). A connection to the
+    same address with the same routing id is kept; anything else replaces it."""
 
     peer: int
     address: str
+    routing_id: bytes | None = None
+    listen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +142,32 @@ class Disconnect:
 
 
 @dataclass(frozen=True, slots=True)
+class Download:
+    """Send a large ``message`` (a parameter download) to member ``to`` paced: in pieces, in turns
+    with the other downloads, a backed-up connection one piece at a time behind what waits there.
+    A new Download to the same member replaces the one in progress. ``token`` (optional, with a
+    ``sent()`` method) is told once, when the last piece reached the socket or the download ended
+    otherwise (replaced, disconnected, stopped)."""
+
+    to: int
+    message: Message
+    token: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The role can be used now (a controller once listening, a node once caught up): its start()
+    returns. A driver ignores repeats."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """The machine is done: ``error`` None for a clean stop, else what stopped it (surfaced to callers)."""
 
     error: BaseException | None = None
 
 
-Action = Send | Reply | Connect | Disconnect | Stop
+Action = Send | Reply | Connect | Disconnect | Download | Ready | Stop
 
 
 class Machine(Protocol):

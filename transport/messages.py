@@ -116,6 +116,9 @@ def _join(f: dict) -> None:
     check_text("join", "address", f["address"], 300)
     check_text("join", "name", f["name"])
     check_text("join", "token", f["token"], 128)
+    session = f["session"]
+    if session is not None and not (len(session) == 32 and _HEX.issuperset(session)):
+        raise _bad("join", f"session must be 32 lowercase hex digits, got {session!r:.40}")
 
 
 def _join_reply(f: dict) -> None:
@@ -217,10 +220,17 @@ class Schema:
     min_buffers: int = 0
     max_buffers: int = 0
     check: Callable[[dict], None] | None = None
+    optional: frozenset[str] = frozenset()  # fields a sender may leave out (they read as None)
 
 
 CATALOGUE: dict[Op, Schema] = {
-    Op.JOIN: Schema({"address": STR, "name": OPT_STR, "token": STR}, check=_join),
+    # session: 16 random bytes (hex) per join, the key of the node's per-link routing ids
+    # (transport/identity.py); a node that sends none is bound to the routing id it joined from
+    Op.JOIN: Schema(
+        {"address": STR, "name": OPT_STR, "token": STR, "session": OPT_STR},
+        check=_join,
+        optional=frozenset({"session"}),
+    ),
     Op.JOIN_REPLY: Schema(
         {
             "node_id": INT,

@@ -11,7 +11,8 @@ import pytest
 import zmq
 from conftest import Stranger, header, update, wait_until
 from psrv.encoding import encode
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server import Controller, Node
+from psrv.transport import TransportConfig
 from psrv.transport.sockets import tcp
 
 N = 1000

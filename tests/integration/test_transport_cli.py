@@ -11,8 +11,10 @@ import time
 
 import numpy as np
 import pytest
+from psrv.server import Controller
 from psrv.server.cli import build_parser
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
 
 

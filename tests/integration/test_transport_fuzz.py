@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psrv.encoding import encode
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.server import Controller, Node
+from psrv.transport import TransportConfig
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Op
 
 N = 64
@@ -102,7 +103,14 @@ def mesh():
 
 def deliver(role, raw: list[bytes], identity: bytes = b"\x00stranger") -> None:
     """One received message through the role's own receive path, on its I/O thread."""
-    role.call(lambda: role._receive(raw, identity, role._router))  # noqa: SLF001
+    role.call(lambda: role._receive(raw, identity, getattr(role, "_router", None)))  # noqa: SLF001
+
+
+def presented(sender, receiver) -> bytes:
+    """The routing id ``sender``'s connection to ``receiver`` presents (the controller: one per member)."""
+    if isinstance(sender, Controller):
+        return sender.routing_id_to(receiver.node_id)
+    return sender.routing_id
 
 
 def as_sender(raw: list[bytes], src: int) -> list[bytes]:
@@ -131,7 +139,7 @@ def test_no_fuzzed_frame_stops_a_role(mesh, op: Op, data) -> None:
         deliver(role, raw)
         assert role.running and role.error is None, f"{role.role} stopped: {role.error!r}"
         if op is not Op.SHUTDOWN:  # from the controller, a shutdown stops a node: that is its job
-            deliver(role, as_sender(trusted, peer.node_id), peer.routing_id)
+            deliver(role, as_sender(trusted, peer.node_id), presented(peer, role))
             assert role.running and role.error is None, f"{role.role} stopped: {role.error!r}"
         if op not in (Op.UPDATE, Op.UPDATES, Op.HEARTBEAT, Op.EVICTED, Op.MESH, Op.LEAVE):
             assert np.array_equal(role.params, before), f"a {op} frame changed {role.role}'s parameters"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import wait_until
 from psrv.encoding import ResidualEncoder, decode
-from psrv.transport import Controller, ControllerLostError, Node, TransportConfig
+from psrv.server import Controller, Node
+from psrv.transport import ControllerLostError, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
 
 N = 3000
@@ -104,14 +105,18 @@ class LosingController(Controller):
         self.chunk = chunk
         self.lost = 0
         self.lost_msg: int | None = None
+        links = self._loop.links  # the I/O loop's outgoing side hands each download piece over
+        send_piece = links.send_piece
 
-    def _send_part(self, peer, part, download):
-        if self.lost_msg is None:
-            self.lost_msg = part["msg_id"]
-            self.lost += 1
-        if part["msg_id"] == self.lost_msg and (not self.chunk or part["index"] == 1):
-            return True  # "sent", and lost on the way
-        return super()._send_part(peer, part, download)
+        def losing(peer, paced, part) -> None:
+            if self.lost_msg is None:
+                self.lost_msg = part["msg_id"]
+                self.lost += 1
+            if part["msg_id"] == self.lost_msg and (not self.chunk or part["index"] == 1):
+                return  # "sent", and lost on the way
+            send_piece(peer, paced, part)
+
+        links.send_piece = losing
 
 
 @pytest.mark.timeout(60)

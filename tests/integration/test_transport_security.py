@@ -11,7 +11,8 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from psrv.transport import Node, TransportConfig
+from psrv.server.node import Node
+from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
 from psrv.transport.errors import JoinError
 from psrv.transport.keys import KeySet, generate_keys, read_keys, write_keys

@@ -13,8 +13,9 @@ SCRIPT = """
 import json
 import numpy as np
 from psrv.encoding import _kernels
-from psrv.transport import Controller, TransportConfig
-from psrv.transport.endpoint import DECODE_KERNELS
+from psrv.server import Controller
+from psrv.transport import TransportConfig
+from psrv.transport.warmup import DECODE_KERNELS
 
 before = {name: getattr(_kernels, name).loaded for name in DECODE_KERNELS}
 ctrl = Controller(TransportConfig(host="127.0.0.1"), np.zeros(100, np.float32)).start()

@@ -19,7 +19,7 @@ UPDATE_FIELDS = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 1e-3
 def sample(op: Op) -> Message:
     params = np.arange(6, dtype=np.float32)
     samples = {
-        Op.JOIN: ({"address": "127.0.0.1:5000", "name": "part-3", "token": "abc"}, []),
+        Op.JOIN: ({"address": "127.0.0.1:5000", "name": "part-3", "token": "abc", "session": "ab" * 16}, []),
         Op.JOIN_REPLY: (
             {
                 "node_id": 4,

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from psrv.encoding import ResidualEncoder
 from psrv.nn import Adam, Dense, Network, Output
+from psrv.server import Controller, Node
 from psrv.spark.live_controller import LiveController
-from psrv.transport import Controller, Node, TransportConfig
+from psrv.transport import TransportConfig
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from psrv.transport.controller import Controller
+from psrv.server.controller_machine import ControllerMachine
+from psrv.server.node_machine import NodeMachine
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Message, Op, handler_table
-from psrv.transport.node import Node
 
 
 def test_every_op_has_a_schema() -> None:
@@ -30,8 +30,8 @@ def test_handler_table_maps_ops_to_on_methods() -> None:
 
 
 def test_roles_handle_what_they_should() -> None:
-    controller_ops = {op for op in Op if hasattr(Controller, f"on_{op.value}")}
-    node_ops = {op for op in Op if hasattr(Node, f"on_{op.value}")}
+    controller_ops = set(ControllerMachine.ACCEPTS)
+    node_ops = {op for op in Op if hasattr(NodeMachine, f"on_{op.value}")}
     assert controller_ops == {
         Op.JOIN,
         Op.UPDATE,

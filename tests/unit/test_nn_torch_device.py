@@ -14,8 +14,9 @@ torch = pytest.importorskip("torch")
 from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode_counted  # noqa: E402
 from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork, resolve_device  # noqa: E402
+from psrv.server import Controller, Node  # noqa: E402
 from psrv.spark import device as spark_device  # noqa: E402
-from psrv.transport import Controller, Node, TransportConfig  # noqa: E402
+from psrv.transport import TransportConfig  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False here)")
