@@ -1,0 +1,206 @@
+"""The I/O loop with scripted machines over real loopback sockets: what it feeds, what it carries out,
+and that nothing a handler raises ends it."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+from psrv.transport.codec import encode_frames
+from psrv.transport.config import TransportConfig
+from psrv.transport.errors import FrameRejectedError, TransportError
+from psrv.transport.events import (
+    ChunkArrived,
+    Command,
+    Connect,
+    Download,
+    Dropped,
+    Ready,
+    Received,
+    Reply,
+    Send,
+    Started,
+    Stop,
+    Stopping,
+    Tick,
+)
+from psrv.transport.loop import Loop
+from psrv.transport.messages import Message, Op
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def cfg(**changes) -> TransportConfig:
+    return TransportConfig(host="127.0.0.1", linger_s=0.2, **changes)
+
+
+class Scripted:
+    """Records every event; ``script[type](event)`` gives the actions (Started -> Ready by default)."""
+
+    def __init__(self, **script) -> None:
+        self.events: list = []
+        self.script = script
+
+    def handle(self, event, now: float) -> list:
+        self.events.append(event)
+        fn = self.script.get(type(event).__name__)
+        if fn is not None:
+            return list(fn(event))
+        return [Ready()] if type(event) is Started else []
+
+    def of(self, kind) -> list:
+        return [e for e in list(self.events) if type(e) is kind]
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def status(src: int = -1) -> Message:
+    return Message(Op.STATUS_REQUEST, {}, src=src)
+
+
+def test_a_handler_that_raises_is_counted_and_the_loop_goes_on() -> None:
+    def boom(event):
+        if event.message.src == 1:
+            raise FrameRejectedError("bad_sender", "scripted")
+        if event.message.src == 2:
+            raise TransportError("scripted")
+        raise ZeroDivisionError("scripted")
+
+    machine = Scripted(Received=boom, Tick=lambda e: [], Command=lambda e: 1 / 0)
+    loop = Loop(cfg(), machine, role="test")
+    loop.start()
+    ctx = zmq.Context()
+    try:
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(f"tcp://{loop.address}")
+        for src in (0, 1, 2):
+            dealer.send_multipart(encode_frames(status(src)))
+        dealer.send_multipart([b"\x93not msgpack"])
+        loop.command("anything")
+        wait_for(lambda: loop.counters.rejected_total() >= 5)
+        assert loop.running and loop.call(lambda: 42) == 42
+        rejected = loop.counters.snapshot()["rejected"]
+        assert rejected == {"handler_error": 2, "bad_sender": 1, "bad_message": 1, "bad_header": 1}
+        assert machine.of(Tick), "ticks go on"
+        dealer.close(0)
+    finally:
+        loop.stop()
+        ctx.term()
+    assert not loop.running and loop.error is None
+    assert type(machine.events[-1]) is Stopping
+
+
+def test_commands_come_in_order_with_more_and_a_call_sees_them_done() -> None:
+    machine = Scripted()
+    loop = Loop(cfg(), machine, role="test")
+    for i in range(3):  # queued before the loop runs: delivered in one drain
+        loop.command("send", {"i": i})
+    loop.start()
+    try:
+        commands = loop.call(lambda: machine.of(Command))
+        assert [(c.args["i"], c.more) for c in commands] == [(0, True), (1, True), (2, False)]
+    finally:
+        loop.stop()
+
+
+def test_send_reply_and_the_routing_id_a_connection_presents() -> None:
+    rid = b"\xaapresented-id"
+
+    def answer(event):  # B: reply to whoever asked, on its own connection
+        yield Reply(event.routing_id, Message(Op.STATUS_REPLY, {"status": {"ok": 1}}, src=0))
+
+    b_machine = Scripted(Received=answer)
+    b = Loop(cfg(), b_machine, role="b")
+    b.start()
+    a_machine = Scripted(
+        Command=lambda e: [Connect(5, b.address, routing_id=rid, listen=True), Send(5, status(3))]
+    )
+    a = Loop(cfg(), a_machine, role="a")
+    a.start()
+    try:
+        a.command("go")
+        wait_for(lambda: a_machine.of(Received))
+        asked = b_machine.of(Received)[0]
+        assert asked.routing_id == rid and asked.message.src == 3
+        got = a_machine.of(Received)[0]
+        assert got.via == 5 and got.routing_id is None and got.message["status"] == {"ok": 1}
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_droppable_send_to_a_full_queue_is_dropped_and_reported_back() -> None:
+    relay = Message(Op.UPDATE, {"origin": 1, "seq": 1, "iteration": 0, "epoch": 0, "tau": 0.5,
+                                "encoding": "sparse"}, [np.array([0, 8, 0, 0], np.int32)], src=1)
+
+    def go(event):  # a connection nobody accepts: every frame waits in the overflow queue
+        yield Connect(7, "127.0.0.1:9")
+        for _ in range(12):
+            yield Send(7, relay, droppable=True, count=3)
+
+    machine = Scripted(Command=go)
+    loop = Loop(cfg(peer_queue_messages=2), machine, role="test")
+    loop.start()
+    try:
+        loop.command("go")
+        dropped = loop.call(lambda: machine.of(Dropped))
+        # zmq's own queue (SNDHWM) takes a few, the overflow queue 2, the rest are dropped
+        assert dropped and set(dropped) == {Dropped(7, 3)} and loop.peer_dropped(7) == len(dropped)
+        assert loop.call(lambda: len(loop.links.peers[7].pending)) == 2
+    finally:
+        loop.stop()
+
+
+class Told:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def sent(self) -> None:
+        self.count += 1
+
+
+def test_a_download_travels_in_paced_pieces_and_arrives_whole() -> None:
+    params = np.arange(50_000, dtype=np.float32)
+    fields = {"request_id": 1, "dtype": "<f4", "size": params.size, "updater_dtype": None,
+              "updater_size": 0, "watermark": {1: 2}, "extra_seen": {}}
+    b_machine = Scripted()
+    b = Loop(cfg(chunk_bytes=16 * 1024, max_header_bytes=64 * 1024), b_machine, role="b",
+             params_nbytes=params.nbytes)
+    b.start()
+    told = Told()
+    a_machine = Scripted(Command=lambda e: [
+        Connect(2, b.address),
+        Download(2, Message(Op.PARAMS_REPLY, fields, [params], src=0), token=told),
+    ])
+    a = Loop(cfg(chunk_bytes=16 * 1024, max_header_bytes=64 * 1024), a_machine, role="a")
+    a.start()
+    try:
+        a.command("go")
+        wait_for(lambda: b_machine.of(Received))
+        got = b_machine.of(Received)[0].message
+        assert got.op is Op.PARAMS_REPLY and got["watermark"] == {1: 2}
+        assert np.array_equal(np.frombuffer(got.buffers[0], np.float32), params)
+        assert len(b_machine.of(ChunkArrived)) == -(-params.nbytes // (16 * 1024))
+        assert told.count == 1
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_machine_stops_the_loop_with_its_error() -> None:
+    error = TransportError("the role gave up")
+    machine = Scripted(Command=lambda e: [Stop(error)])
+    loop = Loop(cfg(), machine, role="test")
+    loop.start()
+    loop.command("give up")
+    with pytest.raises(TransportError, match="gave up"):
+        loop.wait(10.0)
+    assert not loop.running and loop.error is error
+    assert not machine.of(Stopping)  # it stopped itself: no goodbyes asked for
