@@ -70,7 +70,10 @@ class HostileRole:
 
     def handle(self, event: Any, now: float) -> list[Any]:
         if isinstance(event, Started):
-            return [Connect(0, self.world.controller.address), self._join(f"hostile/{self.proc.name}")]
+            return [
+                Connect(0, self.world.controller.address, listen=True),
+                self._join(f"hostile/{self.proc.name}"),
+            ]
         if isinstance(event, Received):
             if event.message.op is Op.JOIN_REPLY and self.node_id is None:
                 self.node_id = event.message["node_id"]
@@ -259,10 +262,7 @@ class HostileRole:
         if self.flooded >= 40:
             return []
         self.flooded += 10
-        return [
-            self._join(f"flood/{self.proc.name}/{self.flooded + i}", f"tcp://nowhere-{i}:1")
-            for i in range(10)
-        ]
+        return [self._join(f"flood/{self.proc.name}/{self.flooded + i}", f"nowhere-{i}:1") for i in range(10)]
 
     def _attack_absurd_valid(self, rng: Any) -> None:
         src = self.node_id or 1

@@ -63,7 +63,7 @@ def partition(world: World, duration: float) -> None:
     world.net.cut.update(pairs)
     world.counts.counts["partitions"] += 1
     world.counts.counts["partitioned_nodes"] += len(group)
-    world.sched.note(f"partition {sorted(names)} for {duration:.3f}")
+    world.note(f"partition {sorted(names)} for {duration:.3f}")
     world.sched.after(duration, _heal, world, pairs)
 
 
@@ -80,7 +80,7 @@ def freeze(world: World, duration: float) -> None:
     _disturb(world, proc)
     proc.frozen_until = max(proc.frozen_until, world.sched.now + duration)
     world.counts.counts["freezes"] += 1
-    world.sched.note(f"freeze {proc.name} for {duration:.3f}")
+    world.note(f"freeze {proc.name} for {duration:.3f}")
     world.sched.at(proc.frozen_until, _thaw, world, proc)
 
 
@@ -103,7 +103,7 @@ def crash(world: World, restart_after: float) -> None:
     world.net.detach(proc)
     world.disturbed.add(proc.slot)
     world.counts.counts["crashes"] += 1
-    world.sched.note(f"crash {proc.name}")
+    world.note(f"crash {proc.name}")
     world.sched.after(restart_after, world.start_node, proc.slot)
 
 
@@ -115,7 +115,7 @@ def clock_jump(world: World, jump: float, target: Process | None = None) -> None
     _disturb(world, proc)
     proc.clock_offset += jump
     world.counts.counts["clock_jumps"] += 1
-    world.sched.note(f"clock of {proc.name} +{jump:.3f}")
+    world.note(f"clock of {proc.name} +{jump:.3f}")
 
 
 def leave(world: World, rejoin_after: float) -> None:
@@ -126,7 +126,7 @@ def leave(world: World, rejoin_after: float) -> None:
     proc.leaving = True
     world.disturbed.add(proc.slot)
     world.counts.counts["leaves"] += 1
-    world.sched.note(f"leave {proc.name}")
+    world.note(f"leave {proc.name}")
     world.handle(proc, Stopping())
     world.sched.after(1.0, _gone, world, proc)  # a machine that did not say Stop is closed anyway
     world.sched.after(rejoin_after, world.start_node, proc.slot)

@@ -63,7 +63,8 @@ class Process:
     frozen_until: float = 0.0
     held: list[Event] = field(default_factory=list)
     clock_offset: float = 0.0
-    connections: dict[int, tuple[str, bytes]] = field(default_factory=dict)  # peer -> (address, routing id)
+    # peer member id -> (address, routing id it presents, whether replies are read on it)
+    connections: dict[int, tuple[str, bytes, bool]] = field(default_factory=dict)
     reassembler: Reassembler | None = None
     ids: list[int] = field(default_factory=list)  # member ids it held, in order
     rejected: Counter = field(default_factory=Counter)
@@ -153,9 +154,11 @@ class Network:
             out.append([f if type(f) is bytes else bytes(as_buffer(f)) for f in encode_frames(part)])
         return out
 
-    def connect(self, proc: Process, peer: int, address: str, routing_id: bytes | None) -> None:
+    def connect(
+        self, proc: Process, peer: int, address: str, routing_id: bytes | None, listen: bool = True
+    ) -> None:
         rid = routing_id or proc.routing_id
-        proc.connections[peer] = (address, rid)
+        proc.connections[peer] = (address, rid, listen)
         owner = self.by_routing.get(rid)
         if owner is None or not owner.live:
             self.by_routing[rid] = proc
@@ -195,13 +198,16 @@ class Network:
         via = next(
             (
                 peer
-                for peer, (a, rid) in receiver.connections.items()
+                for peer, (a, rid, _) in receiver.connections.items()
                 if a == sender.address and rid == routing_id
             ),
             None,
         )
         if via is None:  # the asker closed its connection: a ROUTER drops what it cannot route
             self.counts.counts["reply_unroutable"] += 1
+            return
+        if not receiver.connections[via][2]:  # nobody reads that connection
+            self.counts.counts["reply_not_read"] += 1
             return
         link = self._link(sender, receiver, "reply")
         if link.in_flight >= self.bound:

@@ -69,7 +69,6 @@ class NodeRole:
             apply=_applier(lambda: self.machine.params, hooks),
             installed=lambda params: hooks.installed(),
         )
-        self.routing_id = self.machine.routing_id
         self.max_tau = self.machine.config.max_tau
 
     def replica(self) -> np.ndarray:
@@ -102,10 +101,10 @@ class ControllerRole:
         self.machine = module.ControllerMachine(
             transport_config(cfg),
             self.params,
-            random_bytes=hooks.world.sched.rng.randbytes,
+            session=hooks.world.sched.rng.randbytes(16),
             apply=_applier(lambda: self.machine.params, hooks),
+            address=address,
         )
-        self.routing_id = getattr(self.machine, "routing_id", None)
 
     def replica(self) -> np.ndarray:
         return self.machine.params

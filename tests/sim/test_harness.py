@@ -51,7 +51,7 @@ def _net(faults: Faults | None = None, bound: int = 4) -> tuple[Network, Process
     b = Process("b", "node", 1, b"\x02" * 5, "tcp://b:1")
     net.attach(a)
     net.attach(b)
-    net.connect(a, 9, b.address, None)
+    net.connect(a, 9, b.address, None, True)
     return net, a, b, got
 
 

@@ -180,7 +180,7 @@ class ToyNode:
 
     def handle(self, event: Any, now: float) -> list[Any]:
         if isinstance(event, Started):
-            return [Connect(0, self.controller), *self._join(now)]
+            return [Connect(0, self.controller, listen=True), *self._join(now)]
         if isinstance(event, Tick):
             return self._tick(now)
         if isinstance(event, Command):

@@ -10,6 +10,7 @@ FrameRejectedError (a counted rejection) is recorded as a failure with the seed.
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 from psrv.encoding import sparse_message
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Command, Event, Received, Reply, Send, Started, Tick
+from psrv.transport.events import Command, Event, Received, Reply, Started, Tick
 
 from sim.faults import FaultCounts, Faults
 from sim.network import Network, Process
@@ -99,19 +100,30 @@ class Result:
             )
 
 
+def _summary(fields: dict) -> str:
+    """Scalars as they are, containers by size: cheap, and still different when a run differs."""
+    return " ".join(
+        f"{k}={v!r:.40}" if isinstance(v, int | float | str | bool | None) else f"{k}#{len(v)}"
+        for k, v in fields.items()
+    )
+
+
 def describe(event: Any) -> str:
+    """One line per event or action, for the trace digest (and PSRV_SIM_TRACE)."""
+    kind = type(event).__name__
+    message = getattr(event, "message", None)
     if isinstance(event, Received):
-        m = event.message
         rid = event.routing_id.hex() if event.routing_id else "-"
-        return (
-            f"Received {m.op.value} src={m.src} rid={rid} via={event.via} {sorted(m.fields.items())!r:.300}"
-        )
-    if isinstance(event, Send):
-        return f"Send to={event.to} {event.message.op.value} {sorted(event.message.fields.items())!r:.300}"
+        where = f"src={message.src} rid={rid} via={event.via}"
+        return f"Received {message.op.value} {where} {_summary(message.fields)}"
+    if message is not None and hasattr(event, "to"):  # Send, Download
+        return f"{kind} to={event.to} {message.op.value} {_summary(message.fields)}"
+    if isinstance(event, Reply):
+        return f"Reply {event.routing_id.hex()} {message.op.value} {_summary(message.fields)}"
     if isinstance(event, Command):
         return f"Command {event.name} {sorted(event.args)}"
-    if isinstance(event, Reply):
-        return f"Reply {event.routing_id.hex()} {event.message.op.value}"
+    if kind == "Stop":
+        return f"Stop {event.error!r:.200}"
     return repr(event)[:200]
 
 
@@ -151,6 +163,8 @@ class World:
         self.initial = np.zeros(config.model_size, dtype=config.dtype)
         self.calm = False
         self._serial = 0
+        # every step as text, kept when PSRV_SIM_TRACE names a file (written there after the run)
+        self.trace: list[str] | None = [] if os.environ.get("PSRV_SIM_TRACE") else None
 
     # ------------------------------------------------------------------ processes
     def _new_process(self, name: str, kind: str, slot: int) -> Process:
@@ -158,7 +172,7 @@ class World:
         routing_id = self.sched.rng.randbytes(5)
         while routing_id in self.net.by_routing:
             routing_id = self.sched.rng.randbytes(5)
-        proc = Process(name, kind, slot, routing_id, f"tcp://sim-{self._serial}:{7000 + self._serial}")
+        proc = Process(name, kind, slot, routing_id, f"sim-{self._serial}:{7000 + self._serial}")
         self.procs.append(proc)
         self.net.attach(proc)
         return proc
@@ -223,7 +237,7 @@ class World:
     def handle(self, proc: Process, event: Event) -> None:
         now = max(self.sched.now + proc.clock_offset, proc.last_now)
         proc.last_now = now
-        self.sched.note(f"{now:.6f} {proc.name} {describe(event)}")
+        self.note(f"{now:.6f} {proc.name} {describe(event)}")
         try:
             actions = proc.role.machine.handle(event, now)
         except FrameRejectedError as exc:
@@ -241,7 +255,7 @@ class World:
             self.act(proc, action)
 
     def act(self, proc: Process, action: Any) -> None:
-        self.sched.note(f"  -> {describe(action)}")
+        self.note(f"  -> {proc.name} {describe(action)}")
         kind = type(action).__name__  # by name: the vocabulary grows on the machines' branches
         if kind == "Send":
             self.net.send(proc, action.to, action.message, action.droppable, action.count)
@@ -252,7 +266,13 @@ class World:
         elif kind == "Reply":
             self.net.reply(proc, action.routing_id, action.message)
         elif kind == "Connect":
-            self.net.connect(proc, action.peer, action.address, getattr(action, "routing_id", None))
+            self.net.connect(
+                proc,
+                action.peer,
+                action.address,
+                getattr(action, "routing_id", None),
+                getattr(action, "listen", True),
+            )
         elif kind == "Disconnect":
             proc.connections.pop(action.peer, None)
         elif kind == "Ready":
@@ -268,6 +288,11 @@ class World:
                 self.fail(f"the controller stopped: {action.error!r}")
         else:
             self.fail(f"{proc.name} returned an unknown action {action!r:.200}")
+
+    def note(self, text: str) -> None:
+        self.sched.note(text)
+        if self.trace is not None:
+            self.trace.append(text)
 
     def fail(self, text: str) -> None:
         self.failures.append(f"[t={self.sched.now:.3f}] {text}")
@@ -370,6 +395,9 @@ class World:
             refused = getattr(proc.role, "rejected", None)
             if refused is not None:
                 self.counts.rejected.update(refused())
+        if self.trace is not None:
+            with open(os.environ["PSRV_SIM_TRACE"], "w") as out:
+                out.write("\n".join(self.trace) + "\n")
         return Result(self.seed, self.failures, self.sched.digest(), self.counts, self.stats)
 
     def calm_down(self) -> None:
