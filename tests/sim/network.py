@@ -83,6 +83,10 @@ class LinkState:
     in_flight: int = 0  # sent, not yet handled by the receiver
 
 
+class BudgetExceeded(Exception):
+    """A run exceeded a deterministic traffic budget (a scaling limit of the protocol): it stops there."""
+
+
 def _chunk_event(src: int, routing_id: bytes | None, via: Any) -> ChunkArrived:
     try:  # the vocabulary's newer ChunkArrived also says which connection the piece came on
         return ChunkArrived(src, routing_id=routing_id, via=via)
@@ -118,6 +122,8 @@ class Network:
         self.max_message_bytes = max_message_bytes
         self.max_header_bytes = max_header_bytes
         self.reassembly_bytes = 1024 * 1024
+        self.max_mesh_per_process: int | None = None  # a traffic budget (see BudgetExceeded)
+        self.mesh_received: Counter = Counter()
         self.by_address: dict[str, Process] = {}
         self.by_routing: dict[bytes, Process] = {}
         self.links: dict[tuple[str, str, str], LinkState] = {}
@@ -302,6 +308,13 @@ class Network:
             self.reject(receiver, "handler_error")
             self.codec_errors.append(f"{receiver.name}: decode_frames raised {type(exc).__name__}: {exc}")
             return
+        if message.op is Op.MESH and self.max_mesh_per_process is not None:
+            self.mesh_received[receiver.name] += 1
+            if self.mesh_received[receiver.name] > self.max_mesh_per_process:
+                raise BudgetExceeded(
+                    f"{receiver.name} received more than {self.max_mesh_per_process} MESH messages "
+                    f"(t={self.sched.now:.3f}, {len(message['mesh'].get('nodes', ()))} nodes in the last one)"
+                )
         if message.op is Op.CHUNK:
             key = (routing_id, via, message.src)
             try:

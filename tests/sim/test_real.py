@@ -102,9 +102,11 @@ def test_same_trace_whatever_the_hash_seed() -> None:
 
 
 def test_join_burst_while_updates_flow() -> None:
-    """Issue 15: 120 nodes join within 10 ms while 8 others submit; admission control holds some back."""
+    """Issue 15: 120 nodes join within 10 ms while 8 others submit; admission control refuses many of
+    them at first (pending joins, joins per second): they retry with back-off and all get in."""
     for seed in seed_list(1, first=500):
         cfg = SimConfig(
+            submitters=8,
             nodes=128,
             model_size=128,
             duration_s=2.0,
@@ -113,29 +115,100 @@ def test_join_burst_while_updates_flow() -> None:
             tick_s=(0.02, 0.05),
             extra={"burst": (120, 0.5)},
         )
-        World(seed, real_setup(hostile=False), cfg).run().check("tests/sim/test_real.py::test_join_burst")
+        result = World(seed, real_setup(hostile=False), cfg).run()
+        print(f"\njoin burst: {dict(result.stats)}; {result.counts.summary()}")
+        result.check("tests/sim/test_real.py::test_join_burst_while_updates_flow")
+        assert result.counts.rejected["join_refused"] > 0  # admission control did hold the burst back
 
 
-@pytest.mark.slow
+def mesh_config(nodes: int, fan_out: int, faults: Faults, **overrides) -> SimConfig:
+    options = {
+        "submitters": 32,
+        "nodes": nodes,
+        "model_size": 64,
+        "duration_s": 2.5,
+        "drain_s": 20.0,
+        "update_every_s": (0.2, 0.6),
+        "tick_s": (0.03, 0.05),
+        "join_at_s": (0.0, 0.5),
+        "faults": faults,
+        "extra": {"mesh": "mesh", "fan_out": fan_out, "join_rate_per_s": 5000.0, "max_pending_joins": 1024},
+    }
+    options.update(overrides)
+    return SimConfig(**options)
+
+
+def test_mesh_relay_depth_4() -> None:
+    """A MESH of 64 nodes with fan-out 3 (depth 4: updates relayed through up to seven hops): join and
+    relay traffic with jitter and reordering but nothing lost; the same invariants."""
+    for seed in seed_list(1, first=900):
+        world = World(
+            seed, real_setup(hostile=False), mesh_config(64, 3, Faults(jitter_s=0.01, reorder=0.05))
+        )
+        result = world.run()
+        print(f"\nmesh 64: {dict(result.stats)}; {result.counts.summary()}")
+        result.check("tests/sim/test_real.py::test_mesh_relay_depth_4")
+        mesh = world.controller.role.machine.mesh
+        assert len(mesh.node_ids()) == 64 and mesh.depth() == 4
+
+
+# In MESH mode a node's own update that is dropped on a hop between its neighbour and the controller (a
+# full queue drops relayed copies: ``bound=2`` here, nothing is lost at random) never reaches the master:
+# the node re-sends it to its neighbours, which hold it already and drop it as a duplicate (seed 3:
+# two updates of n4 and n6; every seed with some loss loses updates this way).
+_MESH_RESEND = (
+    "MESH: an own update dropped past its first relay never reaches the master (re-sends die as duplicates)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_MESH_RESEND)
+def test_mesh_relay_drop_is_repaired() -> None:
+    for seed in seed_list(1, first=3):
+        cfg = mesh_config(
+            16,
+            2,
+            Faults(),
+            bound=2,
+            submitters=16,
+            duration_s=1.5,
+            update_every_s=(0.05, 0.2),
+            join_at_s=(0.0, 0.2),
+        )
+        World(seed, real_setup(hostile=False), cfg).run().check(
+            "tests/sim/test_real.py::test_mesh_relay_drop_is_repaired"
+        )
+
+
+@pytest.mark.xfail(strict=True, reason=f"{_MESH_RESEND}; {_DEPARTED_GAP}")
+def test_mesh_with_churn() -> None:
+    """The depth-4 MESH of 64 nodes under churn (crashes and leaves that rejoin), a partition, freezes and
+    some loss; the same invariants."""
+    for seed in seed_list(1, first=900):
+        faults = Faults(crashes=3, leaves=3, freezes=2, partitions=1, loss=0.01, restart_s=(0.05, 0.3))
+        result = World(seed, real_setup(hostile=False), mesh_config(64, 3, faults)).run()
+        print(f"\nmesh 64 with churn: {dict(result.stats)}; {result.counts.summary()}")
+        result.check("tests/sim/test_real.py::test_mesh_with_churn")
+
+
+# The controller sends the whole mesh to every member on every join and every departure: a join of N
+# nodes costs ~N**2 / 2 MESH messages of up to N entries each (~524 000 for 1 024 nodes, ~180 million
+# entries to parse), which neither a simulation nor a real network absorbs. The run stops (a
+# deterministic budget, not a timer) once one process received more than 64 MESH messages: a
+# controller that coalesced its broadcasts (one per tick or per beat) or sent deltas stays below it.
+_MESH_BROADCAST = (
+    "every join/leave broadcasts the whole mesh to every member: O(N^2) MESH messages for N joins"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_MESH_BROADCAST)
 def test_mesh_1024_with_churn() -> None:
     """A 1 024-node MESH (fan-out 8, depth <= 4): join, relayed updates, churn (crashes and leaves that
-    rejoin), checked with the same invariants."""
+    rejoin), checked with the same invariants, within a MESH traffic budget."""
     for seed in seed_list(1, first=900):
         faults = Faults(crashes=6, leaves=6, freezes=2, restart_s=(0.05, 0.3))
-        cfg = SimConfig(
-            nodes=1024,
-            model_size=64,
-            duration_s=2.5,
-            drain_s=20.0,
-            update_every_s=(2.0, 6.0),
-            tick_s=(0.03, 0.05),
-            join_at_s=(0.0, 0.5),
-            faults=faults,
-            extra={"mesh": "mesh", "fan_out": 8, "join_rate_per_s": 5000.0, "max_pending_joins": 1024},
-        )
-        world = World(seed, real_setup(hostile=False), cfg)
+        world = World(seed, real_setup(hostile=False), mesh_config(1024, 8, faults, max_mesh_per_node=64))
         result = world.run()
-        mesh = world.controller.role.machine.mesh
-        assert len(mesh.node_ids()) == 1024 and mesh.depth() <= 4
         print(f"\nmesh 1024: {dict(result.stats)}; {result.counts.summary()}")
         result.check("tests/sim/test_real.py::test_mesh_1024_with_churn")
+        mesh = world.controller.role.machine.mesh
+        assert len(mesh.node_ids()) == 1024 and mesh.depth() <= 4

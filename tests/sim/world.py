@@ -23,7 +23,7 @@ from psrv.transport.errors import FrameRejectedError
 from psrv.transport.events import Command, Event, Received, Reply, Started, Tick
 
 from sim.faults import FaultCounts, Faults
-from sim.network import Network, Process
+from sim.network import BudgetExceeded, Network, Process
 from sim.scheduler import Scheduler
 
 TAU_BASE = 0.01
@@ -43,6 +43,8 @@ class SimConfig:
     join_at_s: tuple[float, float] = (0.0, 0.2)  # when each node starts
     hostile_every_s: tuple[float, float] = (0.01, 0.05)
     bound: int = 64
+    max_mesh_per_node: int | None = None  # budget: MESH messages one process may receive in a run
+    submitters: int | None = None  # only the first this many node slots submit updates (None: all)
     chunk_bytes: int = 16 * 1024 * 1024
     download_chunk_bytes: int = 512  # parameter downloads travel in CHUNKs (reassembled like the loop)
     faults: Faults = field(default_factory=Faults)
@@ -375,21 +377,27 @@ class World:
             if slot >= cfg.nodes - burst:  # a join burst: these all start within 10 ms, updates flowing
                 at = burst_at + self.sched.rng.uniform(0.0, 0.01)
             self.sched.at(at, self.start_node, slot)
-            self.sched.at(at + 0.001, self._submit_loop, slot)
+            if cfg.submitters is None or slot < cfg.submitters:
+                self.sched.at(at + 0.001, self._submit_loop, slot)
         if self.setup.hostile is not None:
             for index in range(cfg.faults.hostile):
                 self.sched.at(self.sched.rng.uniform(0.05, 0.3), self.start_hostile, index)
         injector.schedule_faults(self)
-        self.sched.run(cfg.duration_s, cfg.max_steps)
-        self.calm_down()
-        end = cfg.duration_s + cfg.drain_s
-        while self.sched.now < end:
-            self.sched.run(min(end, self.sched.now + cfg.settle_every_s), cfg.max_steps)
-            if invariants.converged(self):
-                break
+        self.net.max_mesh_per_process = cfg.max_mesh_per_node
+        try:
+            self.sched.run(cfg.duration_s, cfg.max_steps)
+            self.calm_down()
+            end = cfg.duration_s + cfg.drain_s
+            while self.sched.now < end:
+                self.sched.run(min(end, self.sched.now + cfg.settle_every_s), cfg.max_steps)
+                if invariants.converged(self):
+                    break
+        except BudgetExceeded as exc:
+            self.fail(f"budget exceeded, run stopped: {exc}")
+        else:
+            self.failures.extend(invariants.check(self))
         self.stats["sim_time_ms"] = int(self.sched.now * 1000)
         self.stats["steps"] = self.sched.steps
-        self.failures.extend(invariants.check(self))
         self.failures.extend(self.net.codec_errors)
         for proc in self.procs:  # what the machines refused themselves (they count, never raise)
             refused = getattr(proc.role, "rejected", None)
