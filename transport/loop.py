@@ -368,6 +368,8 @@ class Loop:
             if i and time.monotonic() > deadline:
                 self.counters.add("drain_yields")
                 return
+            if sock.closed:  # the machine replaced this connection while handling the previous message
+                return
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -471,7 +473,9 @@ class Loop:
                 if dropped is not None:
                     self._feedback.append(dropped)
             elif kind is Reply:
-                self._reply(action.routing_id, action.message)
+                if action.message is not last_message:
+                    last_message, last_frames = action.message, links.frames(action.message)
+                self._reply(action.routing_id, action.message, last_frames)
             elif kind is Download:
                 links.start_download(action)
             elif kind is Connect:
@@ -489,9 +493,9 @@ class Loop:
             else:
                 raise TypeError(f"unknown action {action!r:.80}")
 
-    def _reply(self, routing_id: bytes, message: Message) -> None:
+    def _reply(self, routing_id: bytes, message: Message, batches: list[list[Any]]) -> None:
         """Through the ROUTER to one connection; a full pipe or a vanished asker is counted."""
-        for frames in self.links.frames(message):
+        for frames in batches:
             try:
                 self._router.send_multipart([routing_id, *frames], flags=zmq.NOBLOCK, copy=False)
             except (zmq.Again, zmq.ZMQError) as exc:  # EHOSTUNREACH (ROUTER_MANDATORY): not connected

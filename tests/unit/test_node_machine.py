@@ -499,3 +499,24 @@ def test_sends_the_driver_says_more_of_go_out_as_one_batch():
         out += h.handle(Command(command.name, command.args, more=more) if more else command)
     (batch,) = h.sent(out, Op.UPDATES, 0)
     assert rows(batch) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_each_join_draws_a_session_and_every_connection_presents_its_link_id():
+    from psrv.transport.identity import link_id
+
+    h = Harness("mesh", fan_out=2)
+    start = h.start()
+    (join,) = h.sent(start, Op.JOIN, 0)
+    session = bytes.fromhex(join.message["session"])
+    (ctrl,) = [a for a in start if isinstance(a, Connect)]
+    assert ctrl.routing_id == link_id(session, 0) and ctrl.listen
+    actions = h.join(1, others=(2, 3))
+    (child,) = [a for a in actions if isinstance(a, Connect)]
+    assert (child.peer, child.routing_id) == (3, link_id(session, 3))
+    h.catch_up()
+    # a rejoin is a new membership: a new session, the controller's connection replaced
+    actions = h.from_ctrl(Message(Op.EVICTED, {"reason": "missed beats", "node_id": 1}, src=0))
+    (join,) = h.sent(actions, Op.JOIN, 0)
+    fresh = bytes.fromhex(join.message["session"])
+    (ctrl,) = [a for a in actions if isinstance(a, Connect)]
+    assert fresh != session and ctrl.routing_id == link_id(fresh, 0)
