@@ -263,7 +263,9 @@ def test_toy_seeds() -> None:
     seeds = seed_list(scaled(300), first=10_000)
     totals = run_many(
         seeds,
-        lambda seed: World(seed, toy_setup(), SimConfig(faults=Faults.draw(profile_rng(seed)))).run(),
+        lambda seed: World(
+            seed, toy_setup(), SimConfig(duration_s=1.0, faults=Faults.draw(profile_rng(seed)))
+        ).run(),
         "tests/sim/test_harness.py::test_toy_seeds",
     )
     if len(seeds) > 50:
