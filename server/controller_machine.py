@@ -243,8 +243,7 @@ class ControllerMachine:
 
     def _member(self, msg: Message, rid: bytes, now: float) -> None:
         """Is the sender a live member? If not, tell it so (it must rejoin) and refuse the frame."""
-        if msg.src in self._records:
-            self.members.heard(msg.src, now)
+        if msg.src in self._records:  # (heard already: a member is bound to its connection)
             if self._pending:
                 self._pending.pop(msg.src, None)
             return

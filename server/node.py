@@ -214,7 +214,7 @@ class Node:
         with self.lock:
             if apply_locally:
                 try:
-                    self.machine._decode_local(payload)  # noqa: SLF001 - the one decode rule of the node
+                    self.machine.apply_local(payload)
                 except Exception as exc:
                     self._slots.release()
                     raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc

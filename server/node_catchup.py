@@ -190,7 +190,7 @@ class SyncPath:
             backlog, self.backlog = self.backlog, []
             sends = []
             for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
-                self._decode_local(payload)
+                self.apply_local(payload)
                 self.seq += 1
                 self.replay.remember(self.node_id, self.seq, payload, fields)
                 sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})

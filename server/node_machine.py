@@ -1,10 +1,15 @@
 """The node protocol as a state machine: ``NodeMachine.handle(event, now) -> actions``.
 
+Split by job: node_updates.py (own updates out, received ones checked, deduplicated, relayed,
+applied), node_catchup.py (downloads, re-sync, the replica probe), node_guard.py (routes, allowed
+origins, the bounded waiting rooms), node_timers.py (join back-off, lost controller, beats).
+
 No sockets, threads or clocks: the driver (``transport/loop.py`` in production, ``tests/sim/`` in
 tests) turns arrivals, timers and API calls into events (transport/events.py) and carries out the
-actions (send, reply, connect, disconnect, stop). ``now`` is the driver's monotonic time; every
+actions (send, connect, disconnect, ready, stop). ``now`` is the driver's monotonic time; every
 random choice (the join token and session) comes from the injected ``random_bytes``, so a
-simulation that seeds it replays exactly.
+simulation that seeds it replays exactly. Nothing a frame says raises out of ``handle``: a bad
+message is a counted rejection (``counters_.snapshot()["rejected"]``).
 
 Construct::
 
@@ -18,17 +23,21 @@ the own update they hold reached every target socket: ``Send.token.sent()``), ``
 ("ready" once caught up, "acknowledged" when the controller's watermark of our updates moved,
 "stopped"), ``counters`` (shared with the driver).
 
-Lifecycle: ``Started(address)`` opens the connection to the controller and sends JOIN, again
-with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``). JOIN_REPLY gives the id, the
-mesh and the routes (routing id -> member: a member's messages count only from the routing id
-announced for it; controller-only ops only from the controller). The node then downloads the
-master copy (SYNCING: updates that arrive are relayed and held), installs it, replays what it
-lacks (own updates in flight, from the replay ring), applies the held updates not included,
-numbers and sends the backlog submitted while joining, and runs. Each update is applied once
+Lifecycle: ``Started(address)`` draws a session (16 random bytes, sent in JOIN; each connection to
+member ``m`` presents ``link_id(session, m)``, transport/identity.py), opens the connection to the
+controller and sends JOIN, again with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``).
+JOIN_REPLY gives the id, the mesh and the routes (routing id -> member: a member's messages count
+only from the routing id announced for it; controller-only ops only from the controller; updates
+from a routing id or of an origin this node's view does not explain yet wait, bounded, for the
+MESH that does). The node then downloads the master copy (SYNCING: updates that arrive are relayed
+and held), installs it, replays what it lacks (own updates in flight, from the replay ring),
+applies the held updates not included, numbers and sends the backlog submitted while joining,
+says ``Ready`` and runs. Each update is applied once
 (dedup by origin and seq) and relayed to every neighbour but the one it came from (relayed copies
 are ``droppable``; own ones never). The controller's watermark beats drive two repairs: own
 updates it still lacks after two beats are sent again, and origins this node is behind on for two
-beats trigger a re-sync. A silent controller starts rejoin attempts for
+beats trigger a re-sync (own re-sends go straight to the controller). A silent controller starts
+rejoin attempts (a new session each) for
 ``controller_lost_timeout_s`` (then ``Stop(ControllerLostError)``); EVICTED rejoins at once,
 SHUTDOWN stops with ControllerLostError. ``Stopping`` says LEAVE.
 
@@ -52,6 +61,7 @@ from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
 from psrv.server.node_catchup import Download, ReplicaProbe, SyncPath
 from psrv.server.node_guard import HeldQueue, Routes
 from psrv.server.node_state import NodeState, SlotToken
+from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
@@ -60,7 +70,6 @@ from psrv.transport.errors import (
     ControllerLostError,
     FatalTransportError,
     FrameRejectedError,
-    JoinError,
     TransportError,
 )
 from psrv.transport.events import (
@@ -83,22 +92,18 @@ from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
 from psrv.transport.replay import ReplayLog
 from psrv.transport.sockets import valid_address
-from psrv.transport.warmup import params_checksum
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 #: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
 ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]
 
 BACKOFF_FIRST_S = 0.1
-BACKOFF_MAX_S = 2.0
-_STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
-               "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
 _CONTROLLER_OPS = frozenset(
     {Op.JOIN_REPLY, Op.MESH, Op.PARAMS_REPLY, Op.HEARTBEAT, Op.EVICTED, Op.SHUTDOWN, Op.STATUS_REPLY}
 )
 
 
-class NodeMachine(UpdatePath, SyncPath):
+class NodeMachine(UpdatePath, SyncPath, Timers):
     """A worker's side of the mesh protocol; see the module docstring."""
 
     def __init__(
@@ -360,6 +365,7 @@ class NodeMachine(UpdatePath, SyncPath):
         mesh = _mesh_of(msg)
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
+        _check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
         self._routes.announce(msg["routes"], fresh=True)
         with self.lock:
             self.node_id = msg["node_id"]
@@ -389,6 +395,7 @@ class NodeMachine(UpdatePath, SyncPath):
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
+        _check_addresses(mesh, self.node_id)
         self._routes.announce(msg["routes"])
         self._install_mesh(mesh)
         self._release_held()
@@ -458,10 +465,6 @@ class NodeMachine(UpdatePath, SyncPath):
     # ------------------------------------------------------------------ mesh and membership
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
         wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
-        bad = [mesh.address(n) for n in wanted if not valid_address(mesh.address(n))]
-        if bad:
-            raise FrameRejectedError("bad_field",
-                                     f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
         if self.mesh is not None:
             self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
         self.mesh = mesh
@@ -512,86 +515,6 @@ class NodeMachine(UpdatePath, SyncPath):
             self.acknowledged = watermark
             self._notify("acknowledged")
 
-    # ------------------------------------------------------------------ timers
-    def _tick(self, now: float) -> None:
-        self._release_held()
-        stalled = self._freeze.frozen_for(now)
-        if self._watch is not None and stalled:
-            # this process was frozen (SIGSTOP, swapping): the silence was ours, not the controller's;
-            # beat at once and let the controller say whether we are still a member
-            self.log.warning("node %d was frozen for %.1f s; checking in with the controller", self.node_id,
-                             stalled)
-            self._watch.heard(now)
-            self._beat = BeatTimer(self.config.heartbeat_s)
-        if self.state is NodeState.JOINING:
-            self._tick_joining(now)
-            return
-        if self._watch is not None and self._watch.lost(now):
-            # a partition or a paused driver: keep trying to rejoin for controller_lost_timeout_s;
-            # on rejoin the replica is replaced by the master copy (see README: partitions)
-            self.log.warning("node %d (%s) lost the controller at %s: silent for %.1f s (timeout %.1f s); "
-                             "rejoining for up to %.1f s", self.node_id, self.address,
-                             self.controller_address,
-                             self._watch.silent_for(now), self._watch.timeout_s,
-                             self.config.controller_lost_timeout_s)
-            self.counters_.add("controller_lost")
-            self._rejoin("lost the controller")
-            self._lost_since = now
-            return
-        if self.state is NodeState.SYNCING:
-            if self.download.timed_out(now):
-                raise JoinError(f"node {self.node_id}: the parameter download from {self.controller_address} "
-                                f"did not finish within {self.config.catchup_timeout_s:.1f} s "
-                                f"({self.download.requests()} request(s))")
-            if self.download.retry_due(now):
-                self.log.warning("node %d: no part of the parameter download arrived for a while; "
-                                 "asking again",
-                                 self.node_id)
-                self.counters_.add("download_retries")
-                self._request_params()
-        if self._beat.due(now):
-            self.counters_.gauges["beat_late_ms"] = round(self._beat.lateness_s * 1000.0, 2)
-            self._send_heartbeat()
-
-    def _tick_joining(self, now: float) -> None:
-        if self._lost_since is not None:
-            if now - self._lost_since > self.config.controller_lost_timeout_s:
-                raise ControllerLostError(
-                    f"node {self.address} lost the controller at {self.controller_address} and could not "
-                    "rejoin within controller_lost_timeout_s = "
-                    f"{self.config.controller_lost_timeout_s:.1f} s "
-                    f"({self._join_attempts} join attempts); "
-                    "what it submitted since is not in the master copy")
-        elif now - self._join_started > self.config.join_timeout_s:
-            raise JoinError(
-                f"could not join the controller at {self.controller_address} from local address "
-                f"{self.address}: no reply to {self._join_attempts} join attempts within "
-                f"{self.config.join_timeout_s:.1f} s (is the controller running and reachable, and do the "
-                "keys match?)")
-        if now >= self._next_join:
-            self._join_attempts += 1
-            self._send_ctrl(Message(Op.JOIN, {"address": self.address, "name": self.config.node_name,
-                                              "token": self._token, "session": self.session.hex()}))
-            self._next_join = now + self._backoff
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
-
-    def _send_heartbeat(self) -> None:
-        stats: dict[str, Any] = {k: self.counters_[k] for k in _STATS_KEYS}
-        stats["rejected_total"] = self.counters_.rejected_total()
-        stats["state"] = str(self.state)
-        stats.update(self.counters_.gauges)  # e.g. mesh_version, and whatever the embedding process reports
-        if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
-            with self.lock:
-                stats.update(params_checksum(self.params))
-        version = self.mesh.version if self.mesh is not None else 0
-        self._send_ctrl(Message(Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}},
-                                src=self.node_id), urgent=True)  # never behind our own queued updates
-
-    def next_timer(self) -> float | None:
-        """The driver time of the next JOIN attempt while joining (a driver may tick then), else None."""
-        return self._next_join if self.state is NodeState.JOINING and self.stopped is False else None
-
-
 def _mesh_of(msg: Message) -> MeshOrganizer:
     try:
         return MeshOrganizer.from_dict(msg["mesh"])
@@ -600,6 +523,15 @@ def _mesh_of(msg: Message) -> MeshOrganizer:
     except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
         raise FrameRejectedError("bad_field",
                                  f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
+
+
+def _check_addresses(mesh: MeshOrganizer, node_id: int) -> None:
+    """Every neighbour address this node would connect to is HOST:PORT."""
+    bad = [mesh.address(n) for n in mesh.neighbours(node_id) if n != CONTROLLER_ID
+           and not valid_address(mesh.address(n))]
+    if bad:
+        raise FrameRejectedError("bad_field",
+                                 f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
 
 
 _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {

@@ -62,13 +62,16 @@ class UpdatePath:
                     self.counters_.add("updates_relayed", len(group))
 
     def _resend_own(self, acknowledged: int, upto: int) -> None:
-        """Own updates sent two beats ago that the controller still lacks were lost in flight (a relay
-        died): send them again from the replay ring; duplicates are dropped by every receiver."""
+        """Own updates sent two beats ago that the controller still lacks were lost in flight (a full
+        queue or a dead relay on the way up): send them again from the replay ring, straight to the
+        controller. Not along the mesh: in MESH mode the copy may have died past the first hop, and
+        the neighbours that hold it would drop the re-send as a duplicate. The controller applies it
+        and relays it to everyone (those who had it drop it as a duplicate)."""
         with self.lock:
             again = self.replay.own(self.node_id, acknowledged, upto)
         items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
         for group in groups(items):
-            self._relay(group, came_from=None)
+            self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
         self.counters_.add("updates_resent", len(again))
         self.log.warning("node %d: the controller lacks own updates %d..%d; resent %d from the ring",
                          self.node_id, acknowledged + 1, upto, len(again))
@@ -97,6 +100,11 @@ class UpdatePath:
         for fields, buffer in unbatch(msg):
             try:
                 payload = self._fits(fields, buffer)
+                if fields["origin"] == self.node_id and self.seen.seen(self.node_id, fields["seq"]):
+                    # our own update back from the controller's relay of a re-send: a duplicate; an own
+                    # seq we never sent is forged (it would be applied twice) and refused below
+                    self._first_time(fields)
+                    continue
                 if not self._origin_ok(fields["origin"], msg.src):
                     if fields["origin"] != self.node_id and self._stale.hold(
                         self._now, (fields, buffer, payload, msg.src, self.mesh.version)
@@ -190,10 +198,14 @@ class UpdatePath:
             raise FrameRejectedError("bad_payload", f"update {header.get('origin')}/{header.get('seq')}: "
                                      f"{exc}") from None
 
-    def _decode_local(self, payload: np.ndarray) -> None:
+    def apply_local(self, payload: np.ndarray) -> None:
+        """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
+        holds ``lock``), through the ``apply`` hook when the parameters live behind it."""
         if self._apply_hook is not None:  # the live parameters are behind the hook
             self._apply_hook(payload, {})
             return
         from psrv.encoding import decode
 
         decode(payload, self.params)
+
+    _decode_local = apply_local  # (the name the simulation adapters use)

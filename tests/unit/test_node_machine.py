@@ -520,3 +520,41 @@ def test_each_join_draws_a_session_and_every_connection_presents_its_link_id():
     fresh = bytes.fromhex(join.message["session"])
     (ctrl,) = [a for a in actions if isinstance(a, Connect)]
     assert fresh != session and ctrl.routing_id == link_id(fresh, 0)
+
+
+def test_in_a_mesh_own_updates_are_resent_straight_to_the_controller():
+    """A copy that died past the first hop would die again as a duplicate at the neighbour that holds it."""
+    h = Harness("mesh", fan_out=2)
+    h.add(1, 2)  # the controller's children
+    h.routes.update({1: rid(1).hex(), 2: rid(2).hex()})
+    h.join(3, others=(4,))  # node 3 is a child of node 1, not of the controller
+    h.catch_up()
+    assert h.mesh.parent(3) == 1
+    for index in (1, 2):
+        _, actions = h.submit(index)
+        assert sorted(a.to for a in h.sent(actions, Op.UPDATE)) == [1]  # along the mesh first (no children)
+    h.beat({3: 0})
+    h.beat({3: 0})
+    actions = h.beat({3: 0}, dt=3.1)
+    again = h.sent(actions, Op.UPDATES) + h.sent(actions, Op.UPDATE)
+    assert [a.to for a in again] == [0] and sorted(r for a in again for r in rows(a)) == [(3, 1), (3, 2)]
+    # the controller relays the re-sent copy to everyone: ours comes back down, a duplicate
+    h.from_node(update(3, 1, src=1), 1)
+    assert h.machine.counters_["duplicates_dropped"] == 1 and h.rejected("bad_origin") == 0
+    # an own seq never sent is forged: refused
+    h.from_node(update(3, 99, src=1), 1)
+    assert h.rejected("bad_origin") == 1
+    np.testing.assert_array_equal(h.params, delta(1) + delta(2))
+
+
+def test_a_mesh_naming_a_bad_address_changes_nothing():
+    h = Harness("mesh", fan_out=2)
+    h.join(1, others=(2,))
+    h.catch_up()
+    version, routes = h.machine.mesh.version, dict(h.machine._routes.current)
+    h.mesh.add_node(3, "not an address")  # node 3 becomes node 1's child
+    h.routes[3] = rid(3).hex()
+    actions = h.from_ctrl(Message(Op.MESH, {"mesh": h.mesh.to_dict(), "version": h.mesh.version,
+                                            "routes": dict(h.routes)}, src=0))
+    assert actions == [] and h.rejected("bad_field") == 1
+    assert h.machine.mesh.version == version and h.machine._routes.current == routes
