@@ -4,7 +4,7 @@ Each adapter builds its machine as the production driver does, with the simulati
 injected: ``random_bytes`` from the run's seeded rng (join tokens, routing ids), an ``apply`` hook
 that decodes into the replica and tells the harness which update was applied, an ``installed`` hook
 (a download replaced the replica: the node's per-update counts start again). A node's own update is
-applied locally first (``_decode_local``, as ``Node.submit(apply_locally=True)`` does), then
+applied locally first (``apply_local``, as ``Node.submit(apply_locally=True)`` does), then
 ``submit`` numbers it and hands back the ``Command("send")`` the driver delivers.
 
 ``controller_available()`` says whether the controller machine exists on this branch yet: the
@@ -89,7 +89,7 @@ class NodeRole:
             return None
         payload, info = check_payload(payload, self.params.size, "submitted update", self.max_tau)
         fields = {"iteration": 0, "epoch": 0, "tau": float(info.tau), "encoding": info.form}
-        self.machine._decode_local(payload)  # noqa: SLF001 - what Node.submit(apply_locally=True) does
+        self.machine.apply_local(payload)  # what Node.submit(apply_locally=True) does
         _, command = self.machine.submit(payload, fields, slot=False)
         return [command] if command is not None else []
 
