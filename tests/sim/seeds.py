@@ -38,7 +38,8 @@ def run_many(seeds: list[int], run: Callable[[int], Result], replay: str) -> Fau
         result = run(seed)
         totals.add(result.counts)
         if result.failures:
-            failing.append(f"seed {seed}: " + " | ".join(f[:400] for f in result.failures[:3]))
+            first = " | ".join(f[:400] for f in result.failures[:3])
+            failing.append(f"seed {seed} ({result.profile}): {first}")
     elapsed = time.perf_counter() - started
     print(f"\n{len(seeds)} seeds in {elapsed:.1f} s ({len(seeds) / max(elapsed, 1e-9):.0f} seeds/s)")
     print(totals.summary())

@@ -92,12 +92,13 @@ class Result:
     digest: str
     counts: FaultCounts
     stats: Counter
+    profile: str = ""  # the faults drawn for this run
 
     def check(self, replay: str = "tests/sim") -> None:
         if self.failures:
             head = "\n".join(self.failures[:8])
             raise AssertionError(
-                f"seed {self.seed}: {len(self.failures)} invariant violation(s):\n{head}\n"
+                f"seed {self.seed} ({self.profile}): {len(self.failures)} invariant violation(s):\n{head}\n"
                 f"replay: PSRV_SIM_SEED={self.seed} .venv/bin/python -m pytest {replay}"
             )
 
@@ -406,7 +407,14 @@ class World:
         if self.trace is not None:
             with open(os.environ["PSRV_SIM_TRACE"], "w") as out:
                 out.write("\n".join(self.trace) + "\n")
-        return Result(self.seed, self.failures, self.sched.digest(), self.counts, self.stats)
+        return Result(
+            self.seed,
+            self.failures,
+            self.sched.digest(),
+            self.counts,
+            self.stats,
+            self.config.faults.describe(),
+        )
 
     def calm_down(self) -> None:
         """The end of the faults: no more loss, duplication, reordering or jitter; partitions heal."""
