@@ -3,13 +3,15 @@
 Root of the mesh, holder of the master copy, keeper of membership. It admits joining nodes
 (bounded: members, joins not heard from yet, joins per second), places them (mesh.py), binds each
 member id to the routing id it joined from, sends every member each new mesh version with the
-routing ids it may accept (transport/identity.py), relays updates to its children, applies every
-update once to the master copy, serves parameter downloads (params + optional updater state + the
-exact set of sequences they include, one shared snapshot where it may serve several members),
-beats to every member (the liveness beat back on the member's own connection, the watermark beat
-on the data path, in order with the relayed updates) and marks a silent member offline after
-``missed_beats`` beats. A departed member's per-origin state is pruned once its late updates had
-``departed_kept_s`` to arrive. No socket, thread or clock: ``now`` is given with every event.
+routing ids it may accept (transport/identity.py; coalesced: at most one broadcast per 0.1 s, and a
+new member's catch-up starts once the others were sent a mesh that holds it: announce.py), relays
+updates to its children, applies every update once to the master copy, serves parameter downloads
+(params + optional updater state + the exact set of sequences they include, one shared snapshot
+where it may serve several members), beats to every member (the liveness beat back on the member's
+own connection, the watermark beat on the data path, in order with the relayed updates) and marks
+a silent member offline after ``missed_beats`` beats. A departed member's gaps are given up after
+a few beats and its per-origin state pruned once its late updates had ``departed_kept_s`` to
+arrive. No socket, thread or clock: ``now`` is given with every event.
 
 Construction (everything it touches is injected; the simulation passes plain objects)::
 
@@ -39,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.announce import JoinGate, MeshAnnouncer
 from psrv.server.controller_records import NodeRecord, status_view
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members
 from psrv.server.master_copy import MasterCopy
@@ -46,7 +49,7 @@ from psrv.transport.batch import batch_message, groups
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, Downloads
+from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, Downloads, DownloadToken
 from psrv.transport.errors import FrameRejectedError, TransportError
 from psrv.transport.events import (
     Action,
@@ -76,20 +79,6 @@ _DEPARTED_KEPT = 256
 _RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
 _NAMES_KEPT = 65536
 ApplyHook = Callable[[np.ndarray, dict], None]
-
-
-class _DownloadDone:
-    """The token of one download: told by the driver when it was handed over (or ended), it frees the
-    snapshot's reader (a replaced download's token finds another record and does nothing)."""
-
-    __slots__ = ("downloads", "node_id", "record")
-
-    def __init__(self, downloads: Downloads, node_id: int, record: Any) -> None:
-        self.downloads, self.node_id, self.record = downloads, node_id, record
-
-    def sent(self) -> None:
-        if self.downloads.active.get(self.node_id) is self.record:
-            self.downloads.finished(self.node_id)
 
 
 class ControllerMachine:
@@ -142,10 +131,12 @@ class ControllerMachine:
         self._names_seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten beyond _NAMES_KEPT
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
         self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
+        self._unclosed: dict[int, float] = {}  # departed member -> when, until its gaps are given up
         self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
+        self._announcer = MeshAnnouncer(config.heartbeat_s)  # MESH broadcasts, coalesced
+        self._deferred: dict[int, Message] = {}  # catch-ups that wait until the others know the member
         self._names_by_id: dict[int, str | None] = {}  # every id admitted (the newest _NAMES_KEPT)
-        self._join_allowance = max(1.0, config.join_rate_per_s)  # a token bucket of admissions
-        self._join_refill: float | None = None
+        self._gate = JoinGate(config)
         self._downloads = Downloads(min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES))
         self._handlers: dict[Op, Callable[[Message, bytes, float], None]] = {
             Op.JOIN: self._on_join,
@@ -283,11 +274,12 @@ class ControllerMachine:
             src=CONTROLLER_ID,
         )))
         self.counters.gauges["mesh_version"] = self.mesh.version
+        self._announcer.replied(node_id, self.mesh.version)
 
     def _admit_join(self, msg: Message, rid: bytes, session: bytes | None, now: float) -> int:
         previous = self._by_identity.get(rid)
         rejoining = previous is not None and previous in self._records
-        self._admit(rejoining, now)
+        self._gate.admit(len(self._records) - rejoining, len(self._pending), now)
         address = msg["address"]
         if not valid_address(address):
             raise FrameRejectedError(
@@ -304,6 +296,7 @@ class ControllerMachine:
                 del self._names_seen[next(iter(self._names_seen))]
         self._out.append(Connect(node_id, address, routing_id=self.routing_id_to(node_id)))
         place = self.mesh.add_node(node_id, address)
+        self._announcer.joined(node_id, self.mesh.version)
         self.members.joined(node_id, now)
         self._tokens[msg["token"]] = node_id
         self._names_by_id[node_id] = name
@@ -321,30 +314,8 @@ class ControllerMachine:
             "node %d joined from %s (name %s, restart %s): parent %d, depth %d, mesh version %d",
             node_id, address, name, restart, place.parent, place.depth, self.mesh.version,
         )
-        self._broadcast_mesh(exclude=node_id)
+        self._broadcast_mesh()
         return node_id
-
-    def _admit(self, rejoining: bool, now: float) -> None:
-        """Admission control: members, joins not yet confirmed, and joins per second are bounded;
-        a refused join is a counted rejection (the node retries with back-off)."""
-        cfg = self.config
-        if self._join_refill is not None:
-            self._join_allowance = min(
-                max(1.0, cfg.join_rate_per_s),
-                self._join_allowance + (now - self._join_refill) * cfg.join_rate_per_s,
-            )
-        self._join_refill = now
-        if len(self._records) - rejoining >= cfg.max_nodes:
-            raise FrameRejectedError("join_refused", f"the mesh is full ({cfg.max_nodes} nodes, max_nodes)")
-        if len(self._pending) >= cfg.max_pending_joins:
-            raise FrameRejectedError(
-                "join_refused", f"{len(self._pending)} joined nodes not heard from yet (max_pending_joins)"
-            )
-        if self._join_allowance < 1.0:
-            raise FrameRejectedError(
-                "join_refused", f"more than {cfg.join_rate_per_s:g} joins per second (join_rate_per_s)"
-            )
-        self._join_allowance -= 1.0
 
     def _routes_for(self, node_id: int) -> dict[int, str]:
         """The routing ids ``node_id`` accepts messages from: those the controller and its neighbours
@@ -363,7 +334,7 @@ class ControllerMachine:
         self._member(msg, rid, now)
         fresh = self.master.fresh_updates(msg, self._origin_allowed, self._reject)
         if fresh:
-            self._relay([(fields, buffer) for fields, buffer, _ in fresh], came_from=msg.src)
+            self._relay([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
         for fields, _, payload in fresh:
             self.master.apply(payload, fields, self._reject)
 
@@ -381,10 +352,13 @@ class ControllerMachine:
             parent = self.mesh.parent(parent)
         return False
 
-    def _relay(self, items: list[tuple[dict, Any]], came_from: int) -> None:
+    def _relay(self, items: list[tuple[dict, Any]], came_from: int, now: float) -> None:
         targets = self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from)
         if not targets:
             return
+        # a member hears of a new member before any of its updates (on the same pipe)
+        if self._announcer.changed and not self._announcer.known_to([f["origin"] for f, _ in items], targets):
+            self._send_mesh(now)
         for group in groups(items):
             message = batch_message(group, CONTROLLER_ID)  # one object: the driver encodes it once
             for target in targets:
@@ -405,6 +379,16 @@ class ControllerMachine:
     # ------------------------------------------------------------------ downloads
     def _on_params_request(self, msg: Message, rid: bytes, now: float) -> None:
         self._member(msg, rid, now)
+        if not self._announcer.known_to_all(msg.src):
+            # the others have not been sent a mesh holding this new member yet: its catch-up (after
+            # which it sends) starts once they have, so nobody gets an update of a member it never heard of
+            if not self._announcer.due(now):
+                self._deferred[msg.src] = msg
+                return
+            self._send_mesh(now)
+        self._serve_params(msg)
+
+    def _serve_params(self, msg: Message) -> None:
         node_id = msg.src
         want_updater = bool(msg["want_updater"]) and self.master.updater_state is not None
         version = self.counters["updates_applied"]
@@ -438,7 +422,7 @@ class ControllerMachine:
         record = self._downloads.active[node_id]
         buffers = [snapshot.params] + ([snapshot.updater] if want_updater else [])
         reply = Message(Op.PARAMS_REPLY, fields, buffers, src=CONTROLLER_ID)
-        self._out.append(Download(node_id, reply, _DownloadDone(self._downloads, node_id, record)))
+        self._out.append(Download(node_id, reply, DownloadToken(self._downloads, node_id, record)))
 
     # ------------------------------------------------------------------ other messages
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:
@@ -468,9 +452,12 @@ class ControllerMachine:
         if identity is not None and self._by_identity.get(identity) == node_id:
             del self._by_identity[identity]
         self._sessions.pop(node_id, None)
+        self._announcer.removed(node_id)
+        self._deferred.pop(node_id, None)
         self._dropped.pop(node_id, None)
         self._pending.pop(node_id, None)
         self._retiring[node_id] = now  # its in-flight updates still count, for a while
+        self._unclosed[node_id] = now
         self.counters.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
@@ -478,13 +465,25 @@ class ControllerMachine:
         )
         self._broadcast_mesh()
 
-    def _broadcast_mesh(self, exclude: int | None = None) -> None:
+    def _broadcast_mesh(self) -> None:
+        """The mesh changed: every member hears the new version at the next broadcast due (coalesced)."""
         self.counters.gauges["mesh_version"] = self.mesh.version
-        snapshot = self.mesh.to_dict()
-        for node_id in self.member_ids():
-            if node_id != exclude:
-                fields = {"mesh": snapshot, "version": self.mesh.version, "routes": self._routes_for(node_id)}
+
+    def _send_mesh(self, now: float) -> None:
+        """The current mesh to each member that has not had this version, with the routing ids that
+        member accepts; then the catch-ups that waited for it."""
+        version = self.mesh.version
+        lagging = self._announcer.broadcast(version, self.member_ids(), now)
+        if lagging:
+            snapshot = self.mesh.to_dict()
+            for node_id in lagging:
+                fields = {"mesh": snapshot, "version": version, "routes": self._routes_for(node_id)}
                 self._out.append(Send(node_id, Message(Op.MESH, fields, src=CONTROLLER_ID)))
+            self.counters.add("mesh_broadcasts")
+        deferred, self._deferred = self._deferred, {}
+        for node_id, request in deferred.items():
+            if node_id in self._records:
+                self._serve_params(request)
 
     # ------------------------------------------------------------------ timers
     def _tick(self, now: float) -> None:
@@ -504,6 +503,8 @@ class ControllerMachine:
             if late_ms > self.counters.gauges.get("beat_late_max_ms", 0.0):
                 self.counters.gauges["beat_late_max_ms"] = late_ms
             self._send_beats()
+        if (self._announcer.changed or self._deferred) and self._announcer.due(now):
+            self._send_mesh(now)
         self._downloads.forget_stale(self.counters["updates_applied"])
 
     def _send_beats(self) -> None:
@@ -528,11 +529,24 @@ class ControllerMachine:
         replies) stay as small as the live mesh whatever the history. A later update of that origin
         is refused (``bad_origin``): ids are never reused."""
         kept = self.config.departed_kept_s
+        seen = self.master.seen
+        # before that, its gaps are given up: the master will never get them (nobody re-sends a departed
+        # member's updates), and a beat's watermark then covers every update of it the master holds, so
+        # a node that missed one of them sees that it is behind (beats carry contiguous marks only)
+        close_after = min(kept / 2, self.members.timeout_s)
+        for node_id, since in list(self._unclosed.items()):
+            if now - since <= close_after:
+                break
+            del self._unclosed[node_id]
+            gaps = seen.close(node_id)
+            if gaps:
+                self.counters.add("departed_gaps_closed", gaps)
         for node_id, since in list(self._retiring.items()):
             if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
                 break  # oldest first: the rest are younger
             del self._retiring[node_id]
-            self.master.seen.forget(node_id)
+            self._unclosed.pop(node_id, None)
+            seen.forget(node_id)
 
     # ------------------------------------------------------------------ views
     @property

@@ -113,6 +113,18 @@ class SeenUpdates:
         state = self._origins.get(origin)
         return state is not None and seq > state.top + self.window
 
+    def close(self, origin: int) -> int:
+        """Give up on an origin's gaps: every seq up to the highest seen counts as seen from now on
+        (it departed, and its late copies had time to arrive: nobody will send the missing ones).
+        Returns how many seqs were given up on (counted in ``skipped`` too)."""
+        state = self._origins.get(origin)
+        if state is None or not state.above:
+            return 0
+        gaps = state.top - state.mark - len(state.above)
+        self.skipped += gaps
+        state.raise_to(state.top)
+        return gaps
+
     def forget(self, origin: int) -> None:
         """Drop an origin's state (it departed and its updates are folded into the master copy)."""
         self._origins.pop(origin, None)

@@ -143,3 +143,18 @@ class Downloads:
 
     def __len__(self) -> int:
         return len(self.active)
+
+
+class DownloadToken:
+    """The token of one download handed to the I/O loop (events.Download): told (``sent()``) when the
+    loop handed it over or ended it, it frees the snapshot's reader. A replaced download's token finds
+    another record active and does nothing."""
+
+    __slots__ = ("downloads", "node_id", "record")
+
+    def __init__(self, downloads: Downloads, node_id: int, record: Download) -> None:
+        self.downloads, self.node_id, self.record = downloads, node_id, record
+
+    def sent(self) -> None:
+        if self.downloads.active.get(self.node_id) is self.record:
+            self.downloads.finished(self.node_id)

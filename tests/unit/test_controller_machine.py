@@ -92,7 +92,8 @@ def test_routes_name_only_the_ids_others_present_to_that_member() -> None:
     m = machine(mesh="mesh", fan_out=1)  # a chain: 1 under the controller, 2 under 1, 3 under 2
     sent: list[tuple[int, dict]] = []
     for i in (1, 2, 3):
-        node_id, actions = join(m, i, 0.1 * i)
+        node_id, actions = join(m, i, 0.2 * i)
+        actions += m.handle(Tick(), 0.2 * i + 0.1)  # the others hear of it at the next tick
         for a in actions:
             if isinstance(a, Reply) and a.message.op is Op.JOIN_REPLY:
                 sent.append((node_id, a.message["routes"]))
@@ -103,6 +104,45 @@ def test_routes_name_only_the_ids_others_present_to_that_member() -> None:
     for member, routes in sent:  # every id a member learns is one presented TO IT
         senders = {0: CTRL_SESSION, 1: session_of(1), 2: session_of(2), 3: session_of(3)}
         assert routes == {k: link_id(senders[k], member).hex() for k in routes}
+
+
+def test_a_join_burst_sends_each_member_a_mesh_per_interval_not_per_join() -> None:
+    m = machine(mesh="mesh", fan_out=8, max_pending_joins=1024, join_rate_per_s=5000.0)
+    meshes: dict[int, int] = {}
+    t = 0.0
+    for i in range(1, 201):  # 200 joins within one second, ticks every 50 ms
+        t = i * 0.005
+        join(m, i, t)
+        if i % 10 == 0:
+            for a in m.handle(Tick(), t):
+                if isinstance(a, Send) and a.message.op is Op.MESH:
+                    meshes[a.to] = meshes.get(a.to, 0) + 1
+                    assert a.message["version"] == m.mesh.version
+    assert len(m.mesh) == 200 and max(meshes.values()) <= 11  # one per 0.1 s at most, not 199
+    for a in m.handle(Tick(), t + 1.0):  # everyone ends on the last version, sent once
+        if isinstance(a, Send) and a.message.op is Op.MESH:
+            meshes[a.to] = meshes.get(a.to, 0) + 1
+    assert not any(isinstance(a, Send) and a.message.op is Op.MESH for a in m.handle(Tick(), t + 2.0))
+    assert m._announcer.sent == {n: m.mesh.version for n in m.member_ids()}  # noqa: SLF001
+
+
+def test_a_new_member_is_announced_to_the_others_before_its_catch_up_and_its_updates() -> None:
+    m = machine()
+    join(m, 1, 0.0)
+    m.handle(Tick(), 0.0)  # the first broadcast (member 1 had its mesh in the reply: nothing to send)
+    join(m, 2, 0.01)
+    ask = Message(Op.PARAMS_REQUEST, {"request_id": 1, "want_updater": False}, src=2)
+    assert m.handle(Received(ask, rid_of(2)), 0.02) == []  # member 1 has not heard of 2 yet: it waits
+    assert not any(isinstance(a, Download) for a in m.handle(Tick(), 0.05))
+    actions = [a for a in m.handle(Tick(), 0.1) if isinstance(a, (Send, Download))]
+    kinds = [(type(a).__name__, a.to, a.message.op) for a in actions]
+    assert kinds[:2] == [("Send", 1, Op.MESH), ("Download", 2, Op.PARAMS_REPLY)]
+    # a member that sends before the others heard of it (no catch-up): the mesh goes out first
+    join(m, 3, 0.12)
+    actions = m.handle(Received(update(3, 3, 1), rid_of(3)), 0.13)
+    ops = [(a.to, a.message.op) for a in actions if isinstance(a, Send)]
+    for member in (1, 2):
+        assert ops.index((member, Op.MESH)) < ops.index((member, Op.UPDATE))
 
 
 def test_a_member_is_accepted_only_on_the_connection_it_joined_from() -> None:
@@ -228,6 +268,26 @@ def test_a_departed_origins_state_is_pruned_after_departed_kept_s() -> None:
     assert beats and 1 not in beats[0].message["watermark"]
     m.handle(Received(update(2, 1, 3), rid_of(2)), 8.1)  # ids are never reused: refused
     assert rejected(m, "bad_origin") == 1 and m.counters["updates_applied"] == 2
+
+
+def test_a_departed_origins_gaps_are_given_up_so_beats_cover_what_the_master_holds() -> None:
+    m = machine(departed_kept_s=30.0)  # beats 1 s x 3 missed: gaps given up 3 s after it left
+    join(m, 1, 0.0)
+    join(m, 2, 0.0)
+    for seq in (1, 3, 4):  # its update 2 never reached the master
+        m.handle(Received(update(1, 1, seq, index=seq), rid_of(1)), 0.1)
+    m.handle(Received(Message(Op.LEAVE, {"reason": "done"}, src=1), rid_of(1)), 0.2)
+    watermarks = []
+    t = 0.2
+    while t < 6.0:
+        t = round(t + 0.5, 2)
+        m.handle(Received(beat(2), rid_of(2)), t)
+        watermarks += [a.message["watermark"] for a in m.handle(Tick(), t)
+                       if isinstance(a, Send) and a.message.op is Op.HEARTBEAT]
+    assert watermarks[0] == {1: 1} and watermarks[-1] == {1: 4}  # a node missing 3 or 4 sees it is behind
+    assert m.counters["departed_gaps_closed"] == 1 and m.retiring() == [1]
+    m.handle(Received(update(2, 1, 2), rid_of(2)), t)  # a copy of 2 after all: too late, not applied
+    assert m.counters["updates_applied"] == 3
 
 
 def test_a_params_request_is_a_paced_download_of_one_shared_snapshot() -> None:
