@@ -126,8 +126,11 @@ class UpdatePath:
             raise FrameRejectedError("bad_sequence",
                                      f"update {origin}/{seq} is more than {self.seen.window} ahead of "
                                      "what arrived")
-
-        return check_payload(np.frombuffer(as_buffer(buffer), dtype=np.int32), self.params.size,
+        view = as_buffer(buffer)
+        if view.nbytes % 4:
+            raise FrameRejectedError("bad_payload", f"update {origin}/{seq}: {view.nbytes} bytes is not "
+                                     "a whole number of int32 words")
+        return check_payload(np.frombuffer(view, dtype=np.int32), self.params.size,
                              f"update {origin}/{seq}", self.config.max_tau)[0]
 
     def _first_time(self, fields: dict) -> bool:

@@ -558,3 +558,12 @@ def test_a_mesh_naming_a_bad_address_changes_nothing():
                                             "routes": dict(h.routes)}, src=0))
     assert actions == [] and h.rejected("bad_field") == 1
     assert h.machine.mesh.version == version and h.machine._routes.current == routes
+
+
+def test_an_update_of_a_ragged_length_is_a_counted_rejection():
+    h = joined(others=(2,))
+    ragged = update(2, 1)
+    ragged.buffers = [b"\x01\x02\x03"]
+    assert h.from_node(ragged, 2) == [] and h.rejected("bad_payload") == 1
+    h.from_node(update(2, 1, index=8), 2)  # the real one still counts
+    np.testing.assert_array_equal(h.params, delta(8))
