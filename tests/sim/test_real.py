@@ -23,17 +23,15 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 SEEDS = 1650  # test_real_seeds; with the toy's 300 and the 50 without faults, 2 000 runs in CI
 
 # Seeds of run_small on which the simulation found a protocol bug in the machines: each is a strict
-# xfail below (it passes, and so fails the suite, once the bug is fixed: then delete its line) and is
-# left out of test_real_seeds. Replay: PSRV_SIM_SEED=<seed> PSRV_SIM_TRACE=/tmp/trace.txt ... -k known_bug
-# A node that missed a relayed update (lost, or dropped at a full queue) of an origin that then departed
-# (evicted after a freeze or partition, rejoined under a new id) never repairs it. Beats carry only
-# contiguous watermarks: an update the master holds above a gap the departed origin never fills is
-# invisible (seed 100173: the master has 2:7 plus {9, 10}, n3 lacks 2/9), and once the origin is pruned
-# nothing compares it at all.
-_DEPARTED_GAP = (
-    "a node never repairs a missed update of an origin that departed (beats carry contiguous marks only)"
-)
-KNOWN_BUGS = {seed: _DEPARTED_GAP for seed in (100173, 100568, 100643, 100888, 101454)}
+# xfail (test_known_bug: it passes, and so fails the suite, once the bug is fixed; then delete its line)
+# and is left out of test_real_seeds. Replay: PSRV_SIM_SEED=<seed> PSRV_SIM_TRACE=/tmp/trace.txt ...
+# Found and fixed so far: seeds 100173, 100568, 100643, 100888, 101454 (and 101784, 102397 of a soak
+# run): a node that missed a relayed update of an origin that then departed (evicted after a freeze or
+# partition, crashed, rejoined under a new id) never repaired it; beats carried only contiguous
+# watermarks, so an update the master held above a gap the departed origin never filled was invisible
+# (seed 100173: the master had 2:7 plus {9, 10}, n3 lacked 2/9). Fixed on issue-10-ctl (9eccdf0: a
+# departed member's gaps are given up after a few beats). Those seeds stay in test_real_seeds.
+KNOWN_BUGS: dict[int, str] = {}
 
 
 def small(seed: int, faults: Faults | None = None) -> SimConfig:
