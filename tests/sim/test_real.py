@@ -181,28 +181,41 @@ def test_mesh_with_churn() -> None:
     freezes and some loss; the same invariants."""
     for seed in seed_list(1, first=900):
         faults = Faults(crashes=3, leaves=3, freezes=2, partitions=1, loss=0.01, restart_s=(0.05, 0.3))
-        result = World(seed, real_setup(hostile=False), mesh_config(40, 3, faults)).run()
+        cfg = mesh_config(40, 3, faults, max_mesh_per_node=CHURN_MESH_BUDGET)
+        result = World(seed, real_setup(hostile=False), cfg).run()
         print(f"\nmesh 40 with churn: {dict(result.stats)}; {result.counts.summary()}")
         result.check("tests/sim/test_real.py::test_mesh_with_churn")
 
 
-# The controller sends the whole mesh to every member on every join and every departure: a join of N
-# nodes costs ~N**2 / 2 MESH messages of up to N entries each (~524 000 for 1 024 nodes, ~180 million
-# entries to parse), which neither a simulation nor a real network absorbs. The run stops (a
-# deterministic budget, not a timer) once one process received more than 64 MESH messages: a
-# controller that coalesced its broadcasts (one per tick or per beat) or sent deltas stays below it.
-_MESH_BROADCAST = (
-    "every join/leave broadcasts the whole mesh to every member: O(N^2) MESH messages for N joins"
+# The controller used to send the whole mesh to every member on every join and every departure: N joins
+# cost ~N**2 / 2 MESH messages of up to N entries (~524 000 for 1 024 nodes); the simulation found it
+# (a strict xfail here until issue-10-ctl 9eccdf0 coalesced the broadcasts). MESH_BUDGET guards it: a
+# run stops (a deterministic budget, not a timer) once one process received more MESH messages.
+MESH_BUDGET = 32  # a join: at most one broadcast per 0.1 s while the nodes join
+CHURN_MESH_BUDGET = 64  # churn: one per 0.1 s at most while members come and go
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("PSRV_SIM_MESH1024"),
+    reason="about 7 minutes (every node parses each full 1 024-entry MESH): set PSRV_SIM_MESH1024=1",
 )
-
-
-@pytest.mark.xfail(strict=True, reason=_MESH_BROADCAST)
 def test_mesh_1024_with_churn() -> None:
     """A 1 024-node MESH (fan-out 8, depth <= 4): join, relayed updates, churn (crashes and leaves that
-    rejoin), checked with the same invariants, within a MESH traffic budget."""
+    rejoin), checked with the same invariants, within the MESH budget."""
     for seed in seed_list(1, first=900):
-        faults = Faults(crashes=6, leaves=6, freezes=2, restart_s=(0.05, 0.3))
-        world = World(seed, real_setup(hostile=False), mesh_config(1024, 8, faults, max_mesh_per_node=64))
+        faults = Faults(crashes=2, leaves=2, restart_s=(0.05, 0.1))
+        cfg = mesh_config(
+            1024,
+            8,
+            faults,
+            max_mesh_per_node=CHURN_MESH_BUDGET,
+            duration_s=1.5,
+            join_at_s=(0.0, 0.3),
+            submitters=16,
+            tick_s=(0.04, 0.05),
+        )
+        world = World(seed, real_setup(hostile=False), cfg)
         result = world.run()
         print(f"\nmesh 1024: {dict(result.stats)}; {result.counts.summary()}")
         result.check("tests/sim/test_real.py::test_mesh_1024_with_churn")
