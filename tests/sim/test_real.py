@@ -144,9 +144,8 @@ def test_mesh_relay_depth_4() -> None:
     """A MESH of 64 nodes with fan-out 3 (depth 4: updates relayed through up to seven hops): join and
     relay traffic with jitter and reordering but nothing lost; the same invariants."""
     for seed in seed_list(1, first=900):
-        world = World(
-            seed, real_setup(hostile=False), mesh_config(64, 3, Faults(jitter_s=0.01, reorder=0.05))
-        )
+        cfg = mesh_config(64, 3, Faults(jitter_s=0.01, reorder=0.05), max_mesh_per_node=MESH_BUDGET)
+        world = World(seed, real_setup(hostile=False), cfg)
         result = world.run()
         print(f"\nmesh 64: {dict(result.stats)}; {result.counts.summary()}")
         result.check("tests/sim/test_real.py::test_mesh_relay_depth_4")
