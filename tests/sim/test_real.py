@@ -20,7 +20,8 @@ from sim.world import Result, SimConfig, World
 REASON = controller_available()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-SEEDS = 1650  # test_real_seeds; with the toy's 300 and the 50 without faults, 2 000 runs in CI
+SEEDS = 1550  # test_real_seeds (PLAIN, 3-5 nodes)
+MESH_SEEDS = 100  # test_mesh_seeds (MESH, 5-10 nodes); with the toy's 300 and 50 without faults: 2 000 runs
 
 # Seeds of run_small on which the simulation found a protocol bug in the machines: each is a strict
 # xfail (test_known_bug: it passes, and so fails the suite, once the bug is fixed; then delete its line)
@@ -33,6 +34,17 @@ SEEDS = 1650  # test_real_seeds; with the toy's 300 and the 50 without faults, 2
 # departed member's gaps are given up after a few beats). Those seeds stay in test_real_seeds.
 KNOWN_BUGS: dict[int, str] = {}
 
+# Seeds of run_mesh_small (MESH mode) that show a bug: an update of an origin that then departs (evicted
+# after a freeze or partition, crashed, left) and that reached some replicas through the mesh but never
+# the master stays in those replicas for good (or the other way round): the controller gives up the
+# departed member's gaps and prunes it, and nothing compares what a node holds beyond the master's
+# marks (seed 400117: n3 holds update 6/k of n4, which rejoined as 9; the master never applied it).
+# About 5 % of MESH seeds; every failing seed had a departure. Strict xfails, left out of test_mesh_seeds.
+_MESH_DEPARTED = (
+    "MESH: an update of a departing origin that reached some replicas but not the master stays there"
+)
+KNOWN_MESH_BUGS = {seed: _MESH_DEPARTED for seed in (400004, 400015, 400041)}
+
 
 def small(seed: int, faults: Faults | None = None) -> SimConfig:
     rng = profile_rng(seed)
@@ -40,6 +52,25 @@ def small(seed: int, faults: Faults | None = None) -> SimConfig:
     nodes, size = rng.randint(3, 5), rng.choice((64, 128, 256))
     bound = rng.choice((64, 64, 64, 4, 2))  # a short queue drops relayed copies (Dropped back to the sender)
     return SimConfig(nodes=nodes, model_size=size, duration_s=1.0, bound=bound, faults=faults)
+
+
+def mesh_small(seed: int) -> SimConfig:
+    """A small MESH (5-10 nodes, fan-out 2 or 3: relays at depth 2-3) under a drawn fault mix."""
+    rng = profile_rng(seed)
+    faults = Faults.draw(rng)
+    nodes, fan_out, bound = rng.randint(5, 10), rng.choice((2, 3)), rng.choice((64, 64, 4))
+    return SimConfig(
+        nodes=nodes,
+        model_size=64,
+        duration_s=1.0,
+        bound=bound,
+        faults=faults,
+        extra={"mesh": "mesh", "fan_out": fan_out},
+    )
+
+
+def run_mesh_small(seed: int) -> Result:
+    return World(seed, real_setup(), mesh_small(seed)).run()
 
 
 def run_small(seed: int, faults: Faults | None = None) -> Result:
@@ -65,6 +96,20 @@ def test_real_seeds() -> None:
 )
 def test_known_bug(seed: int) -> None:
     run_small(seed).check(f"tests/sim/test_real.py::test_known_bug[{seed}]")
+
+
+def test_mesh_seeds() -> None:
+    replay = bool(os.environ.get("PSRV_SIM_SEED"))
+    seeds = [s for s in seed_list(scaled(MESH_SEEDS), first=400_000) if replay or s not in KNOWN_MESH_BUGS]
+    run_many(seeds, run_mesh_small, "tests/sim/test_real.py::test_mesh_seeds")
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=r)) for s, r in KNOWN_MESH_BUGS.items()],
+)
+def test_known_mesh_bug(seed: int) -> None:
+    run_mesh_small(seed).check(f"tests/sim/test_real.py::test_known_mesh_bug[{seed}]")
 
 
 def test_same_seed_same_trace() -> None:
