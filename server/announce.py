@@ -7,8 +7,10 @@ from psrv.transport.config import TransportConfig
 from psrv.transport.errors import FrameRejectedError
 
 # a join burst or a wave of departures sends every member one MESH per this interval (at most), not
-# one per change: N joins no longer cost every member N messages that each hold the whole mesh
+# one per change: N joins no longer cost every member N messages that each hold the whole mesh. The
+# interval grows with the mesh (each broadcast is N messages of N entries): 0.5 s for 1 024 members
 MESH_BROADCAST_MIN_S = 0.1
+MESH_BROADCAST_PER_MEMBER_S = 0.0005
 
 
 class JoinGate:
@@ -43,9 +45,9 @@ class JoinGate:
 
 class MeshAnnouncer:
     """Which mesh version each member was sent, and when the next broadcast may go: at most one per
-    ``every`` seconds, each member sent a version once (a joiner has it in its reply). A member must
-    hear of a new member before that member's first update reaches it: the controller holds the new
-    member's catch-up until a broadcast holding it went out (``knows``)."""
+    ``every`` seconds (longer in a large mesh), each member sent a version once (a joiner has it in
+    its reply). A member must hear of a new member before that member's first update reaches it: the
+    controller holds the new member's catch-up until a broadcast holding it went out."""
 
     def __init__(self, heartbeat_s: float) -> None:
         self.every = min(MESH_BROADCAST_MIN_S, heartbeat_s / 4)
@@ -67,8 +69,9 @@ class MeshAnnouncer:
         self.added_in.pop(node_id, None)
         self.changed = True
 
-    def due(self, now: float) -> bool:
-        return self._last is None or now - self._last >= self.every
+    def due(self, now: float, members: int) -> bool:
+        interval = max(self.every, members * MESH_BROADCAST_PER_MEMBER_S)
+        return self._last is None or now - self._last >= interval
 
     def known_to_all(self, node_id: int) -> bool:
         """Has every member been sent a mesh that holds ``node_id``?"""

@@ -46,6 +46,7 @@ from psrv.server.controller_records import NodeRecord, status_view
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members
 from psrv.server.master_copy import MasterCopy
 from psrv.transport.batch import batch_message, groups
+from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
 from psrv.transport.dedup import SeenUpdates
@@ -382,7 +383,7 @@ class ControllerMachine:
         if not self._announcer.known_to_all(msg.src):
             # the others have not been sent a mesh holding this new member yet: its catch-up (after
             # which it sends) starts once they have, so nobody gets an update of a member it never heard of
-            if not self._announcer.due(now):
+            if not self._announcer.due(now, len(self._records)):
                 self._deferred[msg.src] = msg
                 return
             self._send_mesh(now)
@@ -475,7 +476,7 @@ class ControllerMachine:
         version = self.mesh.version
         lagging = self._announcer.broadcast(version, self.member_ids(), now)
         if lagging:
-            snapshot = self.mesh.to_dict()
+            snapshot = PackedDict(self.mesh.to_dict())  # packed once, sent to every member
             for node_id in lagging:
                 fields = {"mesh": snapshot, "version": version, "routes": self._routes_for(node_id)}
                 self._out.append(Send(node_id, Message(Op.MESH, fields, src=CONTROLLER_ID)))
@@ -503,7 +504,7 @@ class ControllerMachine:
             if late_ms > self.counters.gauges.get("beat_late_max_ms", 0.0):
                 self.counters.gauges["beat_late_max_ms"] = late_ms
             self._send_beats()
-        if (self._announcer.changed or self._deferred) and self._announcer.due(now):
+        if (self._announcer.changed or self._deferred) and self._announcer.due(now, len(self._records)):
             self._send_mesh(now)
         self._downloads.forget_stale(self.counters["updates_applied"])
 

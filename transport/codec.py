@@ -46,8 +46,31 @@ def pack_header(header: dict[str, Any]) -> bytes:
     return msgpack.packb(header, use_bin_type=True)
 
 
+class PackedDict(dict):
+    """A header value packed once and sent in many messages (the mesh in every member's MESH): a
+    plain dict to whoever reads it, and its msgpack bytes to ``encode_frames``. Do not modify it."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, value: dict) -> None:
+        super().__init__(value)
+        self.packed = msgpack.packb(value, use_bin_type=True)
+
+
+def _pack_with_packed(header: dict[str, Any]) -> bytes:
+    """A msgpack map (a concatenation of its pairs) where PackedDict values are spliced in as is."""
+    count = len(header)
+    parts = [bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")]
+    for key, value in header.items():
+        parts.append(msgpack.packb(key, use_bin_type=True))
+        parts.append(value.packed if type(value) is PackedDict else msgpack.packb(value, use_bin_type=True))
+    return b"".join(parts)
+
+
 def encode_frames(message: Message) -> list[Any]:
     """The frames of one message: [header bytes, *buffers] (buffers untouched, zero-copy)."""
+    if message.op is Op.MESH:
+        return [_pack_with_packed(message.header()), *message.buffers]
     return [pack_header(message.header()), *message.buffers]
 
 

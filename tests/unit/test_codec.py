@@ -248,3 +248,18 @@ def test_restored_seen_set_is_exactly_the_downloaded_one() -> None:
         assert covered(watermark, extra, origin, seq) and not seen.first_time(origin, seq)
     for origin, seq in [(1, 6), (2, 1), (2, 5), (3, 1), (4, 1)]:
         assert not covered(watermark, extra, origin, seq) and seen.first_time(origin, seq)
+
+
+def test_a_mesh_packed_once_encodes_exactly_like_a_plain_one() -> None:
+    from psrv.transport.codec import PackedDict
+    from psrv.transport.mesh import MeshOrganizer
+
+    mesh = MeshOrganizer("mesh", 2)
+    for i in range(1, 40):
+        mesh.add_node(mesh.allocate_id(), f"10.0.0.{i}:7000")
+    snapshot = mesh.to_dict()
+    for routes in ({0: "ab"}, {i: "cd" * 8 for i in range(20)}):  # beside a small and a large value
+        fields = {"version": mesh.version, "routes": routes}
+        packed = encode_frames(Message(Op.MESH, {"mesh": PackedDict(snapshot), **fields}, src=0))
+        plain = encode_frames(Message(Op.MESH, {"mesh": snapshot, **fields}, src=0))
+        assert packed == plain and decode_frames(packed)["mesh"] == snapshot
