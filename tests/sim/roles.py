@@ -20,7 +20,11 @@ import numpy as np
 from psrv.encoding import MalformedMessageError, decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.payload import check_payload
+
+try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
+    from psrv.transport.updates import check_payload
+except ImportError:  # pragma: no cover - the branch before the move
+    from psrv.transport.payload import check_payload
 
 from sim.world import Hooks, Setup, SimConfig
 

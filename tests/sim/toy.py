@@ -28,7 +28,11 @@ from psrv.transport.events import (
     Tick,
 )
 from psrv.transport.messages import Message, Op
-from psrv.transport.payload import check_payload
+
+try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
+    from psrv.transport.updates import check_payload
+except ImportError:  # pragma: no cover - the branch before the move
+    from psrv.transport.payload import check_payload
 
 BEAT_S = 0.1
 TIMEOUT_S = 0.5
