@@ -1,7 +1,7 @@
 """Which seeds a test runs, and running many of them with one report.
 
-``PSRV_SIM_SEED=1234`` runs that seed alone (replay); ``PSRV_SIM_SEEDS=20000`` raises the count of
-a many-seeds test (a soak run); otherwise each test runs its default count from its first seed.
+``PSRV_SIM_SEED=1234`` runs that seed alone (replay); ``PSRV_SIM_SEEDS=20000`` scales the many-seeds
+tests to that many runs in all (a soak run: 10x the CI's 2 000); otherwise each runs its default count.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from sim.faults import FaultCounts
 from sim.world import Result
 
 
-def seed_list(default: int, first: int = 0) -> list[int]:
+def seed_list(count: int, first: int = 0) -> list[int]:
+    """``count`` seeds from ``first`` (pass ``scaled(n)`` for a many-seeds test), or PSRV_SIM_SEED alone."""
     one = os.environ.get("PSRV_SIM_SEED")
     if one:
         return [int(one)]
-    count = int(os.environ.get("PSRV_SIM_SEEDS", default))
     return list(range(first, first + count))
 
 
