@@ -1,0 +1,142 @@
+"""Adapters between the harness and the real machines of server/ (``NodeMachine``, ``ControllerMachine``).
+
+Each adapter builds its machine as the production driver does, with the simulation's pieces
+injected: ``random_bytes`` from the run's seeded rng (join tokens, routing ids), an ``apply`` hook
+that decodes into the replica and tells the harness which update was applied, an ``installed`` hook
+(a download replaced the replica: the node's per-update counts start again). A node's own update is
+applied locally first (``apply_local``, as ``Node.submit(apply_locally=True)`` does), then
+``submit`` numbers it and hands back the ``Command("send")`` the driver delivers.
+
+``controller_available()`` says whether the controller machine exists on this branch yet: the
+tests of the real machines skip (with that reason) until it does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+from psrv.encoding import MalformedMessageError, decode
+from psrv.transport.config import TransportConfig
+from psrv.transport.errors import FrameRejectedError
+
+try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
+    from psrv.transport.updates import check_payload
+except ImportError:  # pragma: no cover - the branch before the move
+    from psrv.transport.payload import check_payload
+
+from sim.world import Hooks, Setup, SimConfig
+
+
+def transport_config(cfg: SimConfig, name: str | None = None) -> TransportConfig:
+    """The roles' configuration in a simulation: fast beats (ticks come every 10-50 ms)."""
+    options = {
+        "heartbeat_s": 0.1,
+        "missed_beats": 3,
+        "mesh": cfg.extra.get("mesh", "plain"),
+        "fan_out": cfg.extra.get("fan_out", 8),
+        "peer_queue_messages": cfg.bound,
+        "node_name": name,
+        "departed_kept_s": cfg.extra.get("departed_kept_s", 5.0),
+        "max_nodes": cfg.extra.get("max_nodes", 1024),
+        "max_pending_joins": cfg.extra.get("max_pending_joins", 64),
+        "join_rate_per_s": cfg.extra.get("join_rate_per_s", 50.0),
+        "replay_ring_messages": cfg.extra.get("replay_ring_messages", 4096),
+        "linger_s": 0.0,
+    }
+    return TransportConfig(**options)
+
+
+def _applier(params_of: Any, hooks: Hooks) -> Any:
+    def apply(payload: np.ndarray, header: dict) -> None:
+        try:
+            decode(payload, params_of())
+        except MalformedMessageError as exc:
+            what = f"update {header.get('origin')}/{header.get('seq')}"
+            raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
+        hooks.applied(payload, header)
+
+    return apply
+
+
+class NodeRole:
+    def __init__(self, hooks: Hooks, address: str, controller: str, name: str, cfg: SimConfig) -> None:
+        from psrv.server.node_machine import NodeMachine
+
+        self.params = np.zeros(cfg.model_size, dtype=cfg.dtype)
+        self.machine = NodeMachine(
+            transport_config(cfg, name),
+            self.params,
+            controller,
+            random_bytes=hooks.world.sched.rng.randbytes,
+            apply=_applier(lambda: self.machine.params, hooks),
+            installed=lambda params: hooks.installed(),
+        )
+        self.max_tau = self.machine.config.max_tau
+
+    def replica(self) -> np.ndarray:
+        return self.machine.params
+
+    def rejected(self) -> dict[str, int]:
+        return dict(self.machine.counters_.snapshot().get("rejected", {}))
+
+    def member_id(self) -> int | None:
+        node_id = self.machine.node_id
+        return node_id if node_id > 0 else None
+
+    def ready(self) -> bool:
+        return str(self.machine.state) == "running" and self.machine.stopped is False
+
+    def submit(self, payload: np.ndarray) -> list[Any] | None:
+        if self.machine.stopped is not False:
+            return None
+        payload, info = check_payload(payload, self.params.size, "submitted update", self.max_tau)
+        fields = {"iteration": 0, "epoch": 0, "tau": float(info.tau), "encoding": info.form}
+        self.machine.apply_local(payload)  # what Node.submit(apply_locally=True) does
+        _, command = self.machine.submit(payload, fields, slot=False)
+        return [command] if command is not None else []
+
+
+class ControllerRole:
+    def __init__(self, hooks: Hooks, address: str, cfg: SimConfig) -> None:
+        module = importlib.import_module("psrv.server.controller_machine")
+        self.params = np.zeros(cfg.model_size, dtype=cfg.dtype)
+        self.machine = module.ControllerMachine(
+            transport_config(cfg),
+            self.params,
+            session=hooks.world.sched.rng.randbytes(16),
+            apply=_applier(lambda: self.machine.params, hooks),
+            address=address,
+        )
+
+    def replica(self) -> np.ndarray:
+        return self.machine.params
+
+    def member_id(self) -> int | None:
+        return 0
+
+    def rejected(self) -> dict[str, int]:
+        return dict(self.machine.counters.snapshot().get("rejected", {}))
+
+    def ready(self) -> bool:
+        return True
+
+    def submit(self, payload: np.ndarray) -> None:
+        return None
+
+
+def controller_available() -> str | None:
+    """None when the real machines can run here, else why not (the skip reason)."""
+    try:
+        importlib.import_module("psrv.server.controller_machine")
+        importlib.import_module("psrv.server.node_machine")
+    except ImportError as exc:
+        return f"the real machines are not on this branch yet: {exc}"
+    return None
+
+
+def real_setup(hostile: bool = True) -> Setup:
+    from sim.hostile import HostileRole
+
+    return Setup(controller=ControllerRole, node=NodeRole, hostile=HostileRole if hostile else None)
