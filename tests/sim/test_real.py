@@ -240,10 +240,6 @@ CHURN_MESH_BUDGET = 64  # churn: one per 0.1 s at most while members come and go
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("PSRV_SIM_MESH1024"),
-    reason="about 40 s, beyond the CI budget of tests/sim (2 000 runs in ~80 s): set PSRV_SIM_MESH1024=1",
-)
 def test_mesh_1024_with_churn() -> None:
     """A 1 024-node MESH (fan-out 8, depth <= 4): join, relayed updates, churn (crashes and leaves that
     rejoin), checked with the same invariants, within the MESH budget."""
