@@ -534,7 +534,9 @@ class ControllerMachine:
         # before that, its gaps are given up: the master will never get them (nobody re-sends a departed
         # member's updates), and a beat's watermark then covers every update of it the master holds, so
         # a node that missed one of them sees that it is behind (beats carry contiguous marks only)
-        close_after = min(kept / 2, self.members.timeout_s)
+        # (twice the missed-beat timeout: a node holding one of them re-sends it after two beats in
+        # which the watermark stood still below it, see NodeMachine._resend_departed; that comes first)
+        close_after = min(kept / 2, 2 * self.members.timeout_s)
         for node_id, since in list(self._unclosed.items()):
             if now - since <= close_after:
                 break
@@ -542,6 +544,7 @@ class ControllerMachine:
             gaps = seen.close(node_id)
             if gaps:
                 self.counters.add("departed_gaps_closed", gaps)
+                self._downloads.stop_sharing()
         for node_id, since in list(self._retiring.items()):
             if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
                 break  # oldest first: the rest are younger

@@ -161,6 +161,8 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self._freeze = FreezeGuard(config.heartbeat_s)
         self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)  # (theirs, own seq, ours)
         self._last_resend = -1e18
+        self._last_departed_resend: dict[int, float] = {}  # departed origin -> when we last re-sent for it
+        self._departed_at: dict[int, float] = {}  # left our mesh view -> when (_resend_departed)
         self._token = ""
         self._join_started = self._next_join = 0.0
         self._join_attempts = 0
@@ -429,6 +431,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         if stuck and acknowledged < own_seq_then and self._now - self._last_resend > quiet:
             self._last_resend = self._now
             self._resend_own(acknowledged, own_seq_then)
+        self._resend_departed(latest, old, quiet)
         behind = [o for o, w in old.items()
                   if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
         if behind and self._now - self.download.last_sync > quiet:
@@ -439,10 +442,15 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def _prune_origins(self, latest: dict[int, int]) -> None:
         """Forget what the controller forgot: departed origins no longer in its watermark."""
         self._recent_origins &= self._ctrl_origins
+        kept = self.config.departed_kept_s / 2  # the controller gives a departed member's gaps up by then
+        for origin in [o for o, at in self._departed_at.items() if self._now - at > kept]:
+            del self._departed_at[origin]
         if self.mesh is None:
             return
         for origin in self.seen.origins():
-            if origin not in latest and origin not in self.mesh and origin != self.node_id:
+            # a departed member the controller never heard from is kept a while: we may hold its updates
+            if origin not in latest and origin not in self.mesh and origin != self.node_id \
+                    and origin not in self._departed_at:
                 self.seen.forget(origin)
 
     def on_update(self, msg: Message, routing_id: bytes | None) -> None:
@@ -466,7 +474,9 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
         wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
         if self.mesh is not None:
-            self._recent_origins = (self._recent_origins | set(self.mesh.node_ids())) - set(mesh.node_ids())
+            gone = set(self.mesh.node_ids()) - set(mesh.node_ids())
+            self._recent_origins = (self._recent_origins | gone) - set(mesh.node_ids())
+            self._departed_at.update({origin: self._now for origin in sorted(gone)})
         self.mesh = mesh
         self.counters_.gauges["mesh_version"] = mesh.version
         for node_id in sorted(self._peers):
@@ -504,6 +514,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self.mesh = None
         self._routes.clear()
         self._recent_origins = set()
+        self._departed_at, self._last_departed_resend = {}, {}
         self.seen = SeenUpdates(self.config.dedup_window)
         self.probe.reset()
         self.counters_.add("rejoins")

@@ -75,6 +75,38 @@ class UpdatePath:
         self.log.warning("node %d: the controller lacks own updates %d..%d; resent %d from the ring",
                          self.node_id, acknowledged + 1, upto, len(again))
 
+    def _resend_departed(self, latest: dict[int, int], old: dict[int, int], quiet: float) -> None:
+        """Updates of a departed member that this node holds above the controller's watermark for it,
+        stuck for two beats: the master lacks them (the member left before re-sending what died on
+        its way up, e.g. at a relay's full queue in MESH mode) and nobody else will send them. Send
+        them from the replay ring straight to the controller, which accepts a departed member's
+        updates from any member while it retires it, applies what it lacks once and relays it on
+        (whoever has it drops the copy). The controller gives up a departed member's gaps only
+        later (``ControllerMachine``), so what a live replica holds reaches the master first."""
+        if self.mesh is None:
+            return
+        for origin in self.seen.origins():
+            if origin == self.node_id or origin in self.mesh:
+                continue
+            mark = latest.get(origin)
+            if mark is None and origin in self._departed_at:  # the controller never heard from it
+                mark = 0
+            if mark is None or mark != old.get(origin, 0):  # pruned already, or still moving
+                continue
+            top = self.seen.top_of(origin)
+            if top <= mark or self._now - self._last_departed_resend.get(origin, -1e18) <= quiet:
+                continue
+            self._last_departed_resend[origin] = self._now
+            with self.lock:
+                again = self.replay.own(origin, mark, top)
+            items = [({"origin": origin, "seq": seq, **fields}, payload) for seq, payload, fields in again]
+            for group in groups(items):
+                self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
+            self.counters_.add("departed_resent", len(again))
+        forgotten = [o for o in self._last_departed_resend if o not in latest and o not in self._departed_at]
+        for origin in forgotten:  # the controller forgot it: so do we
+            del self._last_departed_resend[origin]
+
     def _take(self, fresh: list[tuple[dict, Any, np.ndarray]], came_from: int) -> None:
         """Relay and apply (or, while downloading, hold) updates seen for the first time."""
         self._relay([(f, b) for f, b, _ in fresh], came_from=came_from)

@@ -140,6 +140,11 @@ class SeenUpdates:
         """Per origin: the highest seq such that every seq at or below it was seen (a copy)."""
         return {origin: state.mark for origin, state in self._origins.items()}
 
+    def top_of(self, origin: int) -> int:
+        """The highest seq of ``origin`` seen or covered (0 for an origin never seen)."""
+        state = self._origins.get(origin)
+        return 0 if state is None else state.top
+
     def watermark_of(self, origin: int) -> int:
         """``watermark()[origin]`` (0 for an origin never seen), without copying every origin's."""
         state = self._origins.get(origin)

@@ -138,6 +138,15 @@ class Downloads:
             self.current = None
             snap.params = snap.updater = None  # type: ignore[assignment]
 
+    def stop_sharing(self) -> None:
+        """The master's watermark moved without an update (a departed member's gaps were given up): the
+        current snapshot no longer says what the master holds, and a member that installed it would
+        stay behind that watermark for good (gaps are never relayed). Later requests get a new one;
+        downloads in progress keep theirs."""
+        snap, self.current = self.current, None
+        if snap is not None and snap.readers <= 0:
+            snap.params = snap.updater = None  # type: ignore[assignment]
+
     def __bool__(self) -> bool:
         return bool(self.active)
 
