@@ -44,7 +44,7 @@ KNOWN_BUGS: dict[int, str] = {}
 # the master applied (before the fix above the same seed failed with two other replicas differing).
 # One failing seed in 1 000 MESH seeds (400000-400999) after the fix, about 5 % before it.
 KNOWN_MESH_BUGS: dict[int, str] = {
-    400922: "MESH: after a partition and freezes a node's replica lacks one of its own updates the master holds",
+    400922: "MESH: after a partition and freezes a replica lacks one of its own updates the master holds",
 }
 
 
