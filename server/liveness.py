@@ -10,16 +10,20 @@ seconds) on every call: no clock, no thread, so the state machines and the simul
   does not count that silence against anyone (the controller excuses every member, a node checks
   in with the controller before deciding it lost it).
 
-transport/membership.py holds the clock-reading versions these grew from (kept for its users).
 """
 
 from __future__ import annotations
 
-from psrv.transport.membership import NodeState
+from enum import StrEnum
 
-__all__ = ["BeatTimer", "FreezeGuard", "Members", "NodeState", "PeerWatch", "FROZEN_BEATS"]
+__all__ = ["BeatTimer", "FreezeGuard", "Members", "MemberState", "PeerWatch", "FROZEN_BEATS"]
 
 FROZEN_BEATS = 2.0  # a tick gap longer than this many beats means this process was frozen
+
+
+class MemberState(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
 
 
 def _positive(name: str, value: float) -> float:
@@ -61,7 +65,7 @@ class Members:
             raise ValueError(f"missed_beats must be an int >= 1, got {missed_beats!r}")
         self.missed_beats = missed_beats
         self._last_heard: dict[int, float] = {}
-        self._state: dict[int, NodeState] = {}
+        self._state: dict[int, MemberState] = {}
 
     @property
     def timeout_s(self) -> float:
@@ -71,14 +75,14 @@ class Members:
     def heard(self, node_id: int, now: float) -> None:
         """Any message counts as a beat; an unknown or OFFLINE member becomes ONLINE."""
         self._last_heard[node_id] = now
-        self._state[node_id] = NodeState.ONLINE
+        self._state[node_id] = MemberState.ONLINE
 
     joined = heard
 
     def left(self, node_id: int) -> None:
         """It said goodbye: OFFLINE now; ``expire`` will not report it."""
         if node_id in self._state:
-            self._state[node_id] = NodeState.OFFLINE
+            self._state[node_id] = MemberState.OFFLINE
 
     def forget(self, node_id: int) -> None:
         self._state.pop(node_id, None)
@@ -89,24 +93,24 @@ class Members:
         limit = self.timeout_s
         gone = sorted(
             nid for nid, state in self._state.items()
-            if state is NodeState.ONLINE and now - self._last_heard[nid] > limit
+            if state is MemberState.ONLINE and now - self._last_heard[nid] > limit
         )
         for nid in gone:
-            self._state[nid] = NodeState.OFFLINE
+            self._state[nid] = MemberState.OFFLINE
         return gone
 
     def excuse(self, now: float) -> None:
         """This process was frozen: every ONLINE member counts as heard now (their beats may still
         wait unread in the sockets)."""
         for nid, state in self._state.items():
-            if state is NodeState.ONLINE:
+            if state is MemberState.ONLINE:
                 self._last_heard[nid] = now
 
-    def state(self, node_id: int) -> NodeState:
-        return self._state.get(node_id, NodeState.OFFLINE)
+    def state(self, node_id: int) -> MemberState:
+        return self._state.get(node_id, MemberState.OFFLINE)
 
     def online(self) -> list[int]:
-        return sorted(nid for nid, s in self._state.items() if s is NodeState.ONLINE)
+        return sorted(nid for nid, s in self._state.items() if s is MemberState.ONLINE)
 
     def known(self) -> list[int]:
         return sorted(self._state)
