@@ -49,7 +49,7 @@ from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
 from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, Downloads, DownloadToken
+from psrv.transport.downloads import Downloads, DownloadToken
 from psrv.transport.errors import FrameRejectedError, TransportError
 from psrv.transport.events import (
     Action,
@@ -138,7 +138,7 @@ class ControllerMachine:
         self._deferred: dict[int, Message] = {}  # catch-ups that wait until the others know the member
         self._names_by_id: dict[int, str | None] = {}  # every id admitted (the newest _NAMES_KEPT)
         self._gate = JoinGate(config)
-        self._downloads = Downloads(min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES))
+        self._downloads = Downloads()
         self._handlers: dict[Op, Callable[[Message, bytes, float], None]] = {
             Op.JOIN: self._on_join,
             Op.UPDATE: self._on_update,
@@ -419,7 +419,7 @@ class ControllerMachine:
         # paced by the driver on the pipe the member's relayed updates take: whatever was relayed before
         # the snapshot arrives before its pieces; whatever after may come between them, and the node
         # (syncing) holds it and applies what the snapshot lacks
-        self._downloads.start(node_id, snapshot, fields, 0, CONTROLLER_ID)
+        self._downloads.start(node_id, snapshot)
         record = self._downloads.active[node_id]
         buffers = [snapshot.params] + ([snapshot.updater] if want_updater else [])
         reply = Message(Op.PARAMS_REPLY, fields, buffers, src=CONTROLLER_ID)

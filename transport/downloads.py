@@ -1,29 +1,25 @@
-"""Parameter downloads served chunk by chunk from one shared, read-only snapshot of the master copy.
+"""Which copy of the master a parameter download gets: one shared, read-only snapshot.
 
-A join burst used to copy the master copy once per asking node and hand every copy's chunks to
-zmq at once (N x the model in memory, N copies made on the I/O thread). Here one snapshot serves
-every node that may use it, and the I/O thread hands each download its next chunk only when that
-node's connection has nothing waiting, a bounded number of bytes per loop iteration, in turns: the
-loop keeps ticking (beats, expiry) and the downloads progress together.
+A join burst used to copy the master copy once per asking node (N x the model in memory, N copies
+made on the I/O thread). Here one snapshot serves every node that may use it; the controller's
+machine counts its readers (the downloads in progress) and frees it when nobody reads it and the
+master moved on. Handing the pieces to the sockets, paced and in turns, is the loop's
+(transport/pacing.py).
 
 A snapshot taken at T0 is valid for a node that asked at T1 >= T0 when no update reached the master
 copy since T0, or when the node was already a member at T0: every update applied after T0 was then
 also relayed to it, arrives while it is syncing, and is applied on top (what the snapshot's
 watermark does not cover) — provided none of the node's OWN updates reached the master since T0
 (those are never relayed back to it). A running node's replica check asks after its own updates, so
-it always gets a snapshot whose watermark covers them (and acknowledges them).
+it always gets a snapshot whose watermark covers them (and acknowledges them). A snapshot is not
+shared any more once the master's watermark moved without an update (``stop_sharing``).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from psrv.transport.chunking import ChunkPlan
-from psrv.transport.messages import Message, Op
 
 DOWNLOAD_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # finer turns than chunk_bytes (16 MiB) between downloads
 DOWNLOAD_TURN_BYTES = 8 * 1024 * 1024  # handed to zmq per loop iteration, all downloads together
@@ -57,30 +53,20 @@ class Snapshot:
                 and self.watermark.get(node_id, 0) == own_watermark)
 
 
-@dataclass
-class Download:
+@dataclass(eq=False)
+class Reading:
+    """One download in progress of ``snapshot`` (its identity tells a replaced download from the next)."""
+
     node_id: int
     snapshot: Snapshot
-    plan: ChunkPlan
-    next_index: int = 0
-    queued: bool = False  # a chunk of it waits in the member's overflow queue (one at most)
-
-    @property
-    def done(self) -> bool:
-        return self.next_index >= self.plan.count
-
-    def sent(self) -> None:
-        """The queued chunk reached the socket (called like a SentToken's ``sent``)."""
-        self.queued = False
 
 
 @dataclass
 class Downloads:
-    """The active downloads of a controller, one per node (a repeated request restarts it)."""
+    """The downloads in progress of a controller, one per node (a repeated request replaces it): each
+    holds one reader of its snapshot."""
 
-    chunk_bytes: int
-    active: dict[int, Download] = field(default_factory=dict)
-    order: deque[int] = field(default_factory=deque)
+    active: dict[int, Reading] = field(default_factory=dict)
     current: Snapshot | None = None
     snapshots_taken: int = 0
 
@@ -99,37 +85,22 @@ class Downloads:
         self.current = snapshot
         self.snapshots_taken += 1
 
-    def start(
-        self, node_id: int, snapshot: Snapshot, reply_fields: dict[str, Any], msg_id: int, src: int
-    ) -> None:
-        """Queue a download of ``snapshot`` to ``node_id`` (replacing one in progress)."""
+    def start(self, node_id: int, snapshot: Snapshot) -> None:
+        """A download of ``snapshot`` to ``node_id`` begins (replacing one in progress)."""
         self.cancel(node_id)
-        buffers: list[Any] = [snapshot.params] + ([snapshot.updater] if reply_fields["updater_dtype"] else [])
-        reply = Message(Op.PARAMS_REPLY, reply_fields, buffers, src=src)
         snapshot.readers += 1
-        self.active[node_id] = Download(node_id, snapshot, ChunkPlan(reply, self.chunk_bytes, msg_id))
-        self.order.append(node_id)
+        self.active[node_id] = Reading(node_id, snapshot)
 
     def cancel(self, node_id: int) -> None:
-        download = self.active.pop(node_id, None)
-        if download is not None:
-            self._release(download.snapshot)
-            with contextlib.suppress(ValueError):
-                self.order.remove(node_id)
+        """It finished, was replaced, or its node left: one reader fewer."""
+        reading = self.active.pop(node_id, None)
+        if reading is not None:
+            snapshot = reading.snapshot
+            snapshot.readers -= 1
+            if snapshot.readers <= 0 and snapshot is not self.current:
+                snapshot.params = snapshot.updater = None  # type: ignore[assignment]
 
-    def _release(self, snapshot: Snapshot) -> None:
-        snapshot.readers -= 1
-        if snapshot.readers <= 0 and snapshot is not self.current:
-            snapshot.params = snapshot.updater = None  # type: ignore[assignment]
-
-    def finished(self, node_id: int) -> None:
-        self.cancel(node_id)
-
-    def next_turns(self) -> list[Download]:
-        """Every active download once, starting after the one served first last time (fair turns)."""
-        if self.order:
-            self.order.rotate(-1)
-        return [self.active[n] for n in list(self.order)]
+    finished = cancel
 
     def forget_stale(self, version: int) -> None:
         """Free the current snapshot once nobody reads it and the master moved on."""
@@ -161,7 +132,7 @@ class DownloadToken:
 
     __slots__ = ("downloads", "node_id", "record")
 
-    def __init__(self, downloads: Downloads, node_id: int, record: Download) -> None:
+    def __init__(self, downloads: Downloads, node_id: int, record: Reading) -> None:
         self.downloads, self.node_id, self.record = downloads, node_id, record
 
     def sent(self) -> None:

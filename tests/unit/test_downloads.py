@@ -1,12 +1,9 @@
-"""The shared snapshot of parameter downloads: who may use it, and chunks that rebuild the reply."""
+"""The shared snapshot of parameter downloads: who may use it, who reads it, when it is freed."""
 
 from __future__ import annotations
 
 import numpy as np
-from psrv.transport.chunking import Reassembler
-from psrv.transport.codec import decode_header
-from psrv.transport.downloads import Downloads, Snapshot
-from psrv.transport.messages import Op
+from psrv.transport.downloads import Downloads, DownloadToken, Snapshot
 
 
 def snapshot(version: int = 5, members: dict[int, int] | None = None) -> Snapshot:
@@ -15,7 +12,7 @@ def snapshot(version: int = 5, members: dict[int, int] | None = None) -> Snapsho
 
 
 def test_a_snapshot_serves_anyone_while_the_master_is_unchanged_and_then_only_undropped_members() -> None:
-    downloads = Downloads(chunk_bytes=1024)
+    downloads = Downloads()
     downloads.adopt(snapshot())
     assert downloads.snapshot_for(9, 5, False, 0, 100) is not None  # unchanged: even a newcomer
     # a member then, nothing dropped for it, none of its own since (its watermark is still 3)
@@ -29,29 +26,33 @@ def test_a_snapshot_serves_anyone_while_the_master_is_unchanged_and_then_only_un
     assert downloads.snapshot_for(1, 7, False, 0, 100, own_watermark=5) is None
 
 
-def test_a_download_is_served_chunk_by_chunk_and_reassembles_to_the_reply() -> None:
-    downloads = Downloads(chunk_bytes=1000)
+def test_downloads_count_the_readers_of_a_snapshot_and_free_it_once_unread_and_stale() -> None:
+    downloads = Downloads()
     snap = snapshot()
     downloads.adopt(snap)
-    fields = {"request_id": 4, "dtype": "<f4", "size": 1000, "updater_dtype": None, "updater_size": 0,
-              "watermark": snap.watermark, "extra_seen": snap.extra_seen}
     for node in (1, 2):
-        downloads.start(node, snap, fields, msg_id=node, src=0)
-    assert snap.readers == 2
-    rebuilt = {}
-    for node in (1, 2):
-        reassembler = Reassembler(1 << 20, 30.0)
-        download = downloads.active[node]
-        assert download.plan.count == 4  # 4000 bytes in pieces of 1000
-        done = None
-        while not download.done:
-            done = reassembler.add(node, download.plan.part(download.next_index))
-            download.next_index += 1
-        message = decode_header(*done)
-        assert message.op is Op.PARAMS_REPLY and message["request_id"] == 4
-        rebuilt[node] = np.frombuffer(message.buffers[0], dtype=np.float32)
-        downloads.finished(node)
-    assert all(np.array_equal(r, snap.params) for r in rebuilt.values())
-    assert not downloads and snap.readers == 0
+        downloads.start(node, snap)
+    first = downloads.active[1]
+    downloads.start(1, snap)  # node 1 asked again: its first download is replaced, not counted twice
+    assert snap.readers == 2 and downloads.active[1] is not first
+    token = DownloadToken(downloads, 1, first)
+    token.sent()  # the replaced download's token finds another one active: nothing happens
+    assert snap.readers == 2 and 1 in downloads.active
+    DownloadToken(downloads, 1, downloads.active[1]).sent()
+    downloads.cancel(2)  # node 2 left mid-download
+    assert not downloads and snap.readers == 0 and snap.params is not None  # still the current one
+    downloads.forget_stale(5)  # the master did not move: kept for the next asker
+    assert downloads.current is snap
     downloads.forget_stale(6)  # the master moved on and nobody reads it: freed
-    assert downloads.current is None
+    assert downloads.current is None and snap.params is None
+
+
+def test_a_snapshot_is_not_shared_once_the_masters_watermark_moved_without_an_update() -> None:
+    downloads = Downloads()
+    snap = snapshot()
+    downloads.adopt(snap)
+    downloads.start(1, snap)
+    downloads.stop_sharing()  # a departed member's gaps were given up
+    assert downloads.snapshot_for(9, 5, False, 0, 100) is None and snap.params is not None  # 1 still reads
+    downloads.finished(1)
+    assert snap.params is None
