@@ -87,9 +87,8 @@ class ControllerMachine:
 
     role = "controller"
     # what a controller accepts from others (anything else is refused as ``unknown_type``)
-    ACCEPTS = frozenset(
-        {Op.JOIN, Op.UPDATE, Op.UPDATES, Op.PARAMS_REQUEST, Op.HEARTBEAT, Op.LEAVE, Op.STATUS_REQUEST}
-    )
+    ACCEPTS = frozenset({Op.JOIN, Op.UPDATE, Op.UPDATES, Op.PARAMS_REQUEST, Op.HEARTBEAT, Op.LEAVE,
+                         Op.STATUS_REQUEST})
 
     def __init__(
         self,
@@ -106,11 +105,9 @@ class ControllerMachine:
         log: logging.Logger | None = None,
     ) -> None:
         self.config = config
-        self.master = MasterCopy(
-            config, params, updater_state=updater_state, apply=apply,
-            lock=lock if lock is not None else contextlib.nullcontext(),
-            counters=counters, wall_clock=wall_clock,
-        )
+        self.master = MasterCopy(config, params, updater_state=updater_state, apply=apply, counters=counters,
+                                 lock=lock if lock is not None else contextlib.nullcontext(),
+                                 wall_clock=wall_clock)
         self.session = session
         self.counters = self.master.counters
         self.wall_clock = self.master.wall_clock
@@ -338,6 +335,18 @@ class ControllerMachine:
             self._relay([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
         for fields, _, payload in fresh:
             self.master.apply(payload, fields, self._reject)
+        for origin in sorted({f["origin"] for f, _, _ in fresh if f["origin"] in self._retiring
+                              and f["origin"] not in self._unclosed}):  # re-sent after its gaps were given up
+            self._close_gaps(origin)
+
+    def _close_gaps(self, origin: int) -> None:
+        """Give a departed member's gaps up: beats (contiguous marks) then cover all of it the master holds
+        and a node lacking one sees it is behind. Again after a late one a member re-sent: in MESH mode its
+        relay stops at the first node holding it already, and the nodes below learn of it this way."""
+        gaps = self.master.seen.close(origin)
+        if gaps:
+            self.counters.add("departed_gaps_closed", gaps)
+            self._downloads.stop_sharing()
 
     def _origin_allowed(self, origin: int, came_from: int) -> bool:
         """A member's own updates, a recently departed member's, or one relayed up from inside the
@@ -531,20 +540,14 @@ class ControllerMachine:
         is refused (``bad_origin``): ids are never reused."""
         kept = self.config.departed_kept_s
         seen = self.master.seen
-        # before that, its gaps are given up: the master will never get them (nobody re-sends a departed
-        # member's updates), and a beat's watermark then covers every update of it the master holds, so
-        # a node that missed one of them sees that it is behind (beats carry contiguous marks only)
-        # (twice the missed-beat timeout: a node holding one of them re-sends it after two beats in
-        # which the watermark stood still below it, see NodeMachine._resend_departed; that comes first)
+        # before that its gaps are given up (_close_gaps), after twice the missed-beat timeout: a node
+        # holding one of them re-sends it first (two beats of a stuck watermark: _resend_departed)
         close_after = min(kept / 2, 2 * self.members.timeout_s)
         for node_id, since in list(self._unclosed.items()):
             if now - since <= close_after:
                 break
             del self._unclosed[node_id]
-            gaps = seen.close(node_id)
-            if gaps:
-                self.counters.add("departed_gaps_closed", gaps)
-                self._downloads.stop_sharing()
+            self._close_gaps(node_id)
         for node_id, since in list(self._retiring.items()):
             if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
                 break  # oldest first: the rest are younger

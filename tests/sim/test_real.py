@@ -40,12 +40,11 @@ KNOWN_BUGS: dict[int, str] = {}
 # from that id), stayed in those replicas for good. Now a node re-sends a departed member's updates it
 # holds above the controller's watermark (NodeMachine._resend_departed), before the controller gives up
 # the gaps. Seeds 400004, 400015, 400041 stay in test_mesh_seeds as regression seeds.
-# Still open: seed 400922 (loss, a partition, two freezes): n7's replica lacks one of its own updates that
-# the master applied (before the fix above the same seed failed with two other replicas differing).
-# One failing seed in 1 000 MESH seeds (400000-400999) after the fix, about 5 % before it.
-KNOWN_MESH_BUGS: dict[int, str] = {
-    400922: "MESH: after a partition and freezes a replica lacks one of its own updates the master holds",
-}
+# Seed 400922 (loss, a partition, two freezes), fixed too: one replica lacked an update of a departed
+# member that another member re-sent to the master after its gaps were given up (in MESH mode a relay
+# stops at the first node that holds it already); the controller now gives the gaps up again after such
+# a late update, so beats show it and the nodes lacking it re-sync.
+KNOWN_MESH_BUGS: dict[int, str] = {}
 
 
 def small(seed: int, faults: Faults | None = None) -> SimConfig:

@@ -294,6 +294,14 @@ def test_a_departed_origins_gaps_are_given_up_so_beats_cover_what_the_master_hol
     assert before.message["watermark"] == {1: 1} and again.message["watermark"] == {1: 4}
     m.handle(Received(update(2, 1, 2), rid_of(2)), t)  # a copy of 2 after all: too late, not applied
     assert m.counters["updates_applied"] == 3
+    # node 2 re-sends 1's update 6 it holds (5 never arrived anywhere): applied, and the gap below it is
+    # given up at once, so the beats say 6 and a node that lacks 6 (the relay stops at nodes that hold
+    # it in MESH mode) sees that it is behind
+    m.handle(Received(update(2, 1, 6, index=6), rid_of(2)), t)
+    assert m.counters["updates_applied"] == 4 and m.counters["departed_gaps_closed"] == 2
+    beats = [a.message["watermark"] for a in m.handle(Tick(), t + 1.0)
+             if isinstance(a, Send) and a.message.op is Op.HEARTBEAT]
+    assert beats and beats[0] == {1: 6}
 
 
 def test_a_params_request_is_a_paced_download_of_one_shared_snapshot() -> None:
