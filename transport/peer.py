@@ -21,7 +21,6 @@ So a slow or frozen (SIGSTOPped) peer never stalls the others beyond its heartbe
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,28 +28,13 @@ from typing import Any
 import zmq
 
 
-class SentToken:
-    """Releases the submit slots of own updates once they have been handed to every target socket."""
-
-    def __init__(self, targets: int, slots: threading.BoundedSemaphore, count: int = 1) -> None:
-        self.remaining = targets
-        self.slots = slots
-        self.count = count  # submit slots this message holds (a batch holds one per update)
-        if targets == 0:
-            slots.release(count)
-
-    def sent(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.slots.release(self.count)
-
-
 @dataclass
 class Peer:
     node_id: int
     address: str
     socket: zmq.Socket
-    pending: deque[tuple[list[Any], SentToken | None]] = field(default_factory=deque)
+    # frames waiting for the socket, each with the Send's token (told ``sent()`` once they left)
+    pending: deque[tuple[list[Any], Any]] = field(default_factory=deque)
     dropped: int = 0
 
     def close(self, linger_s: float = 0.0) -> None:
