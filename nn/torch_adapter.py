@@ -12,7 +12,7 @@ the residual and the encoding) all live there. ``params`` is the runtime contrac
 live NumPy view of the flat buffer (no copy); on another device there is no host view, so ``params``,
 ``gradients``, ``updater_state``, ``get_buffers()``, ``compute_update`` and ``output`` return HOST
 COPIES (each call copies). A device worker uses ``flat_params`` and ``compute_update_tensor`` instead,
-which stay on the device (see psrv.spark.device).
+which stay on the device (see psrv.spark.task.device).
 
 Buffers that are not parameters (BatchNorm running statistics, counters) are network state too:
 ``get_buffers()``/``set_buffers()`` move them by name; Spark ships, returns and averages them, and

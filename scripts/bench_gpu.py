@@ -151,7 +151,7 @@ def step_table(device, batch: int, repeats: int) -> list[str]:
     from psrv.encoding import AdaptiveThreshold, ResidualEncoder
     from psrv.encoding import device as codec
     from psrv.nn import TorchNetwork
-    from psrv.spark.device import DeviceSharing
+    from psrv.spark.task.device import DeviceSharing
 
     module, name = resnet18_like()
     network = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(3, 32, 32),

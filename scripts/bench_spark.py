@@ -249,7 +249,8 @@ def _estimator_case(spark, name: str, frame, features: int, batch: int, fits: in
     from unittest import mock
 
     from psrv.nn import Adam, Dense, Network, Output
-    from psrv.spark import ParameterAveragingTrainingMaster, parquet
+    from psrv.spark import ParameterAveragingTrainingMaster
+    from psrv.spark.data import parquet
     from psrv.spark.ml import NetworkEstimator
 
     def estimator() -> NetworkEstimator:

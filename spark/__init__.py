@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from psrv import __version__
 from psrv.spark.config import VoidConfiguration
-from psrv.spark.epochs import EarlyStopping
+from psrv.spark.driver.epochs import EarlyStopping
+from psrv.spark.driver.evaluation import load_evaluations, save_evaluations
+from psrv.spark.driver.network import SparkNetwork
+from psrv.spark.driver.parameter_averaging import ParameterAveragingTrainingMaster
+from psrv.spark.driver.partitioning import (
+    Repartition,
+    RepartitionStrategy,
+    balanced_repartition,
+    repartition_rdd,
+)
+from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.errors import (
     ControllerUnreachableError,
     EvaluationFileError,
@@ -19,12 +29,7 @@ from psrv.spark.errors import (
     StorageUnavailableError,
     TrainingJobError,
 )
-from psrv.spark.evaluation import load_evaluations, save_evaluations
-from psrv.spark.network import SparkNetwork
-from psrv.spark.parameter_averaging import ParameterAveragingTrainingMaster
-from psrv.spark.partitioning import Repartition, RepartitionStrategy, balanced_repartition, repartition_rdd
-from psrv.spark.prefetch import PrefetchingIterator
-from psrv.spark.shared_training import SharedTrainingMaster
+from psrv.spark.task.prefetch import PrefetchingIterator
 
 __all__ = [
     "__version__",

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from psrv.nn import Adam, Dense, Network, Output
     from psrv.nn.data import DataSet
     from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
-    from psrv.spark.java import java_problem
+    from psrv.spark.driver.java import java_problem
     from sklearn.datasets import load_digits
     from tqdm import tqdm
 
@@ -155,7 +155,7 @@ class _Watch:
             return
         os.makedirs(self.directory, exist_ok=True)
         from psrv.spark.errors import SparkConfigError
-        from psrv.spark.metrics import TensorBoardLogger
+        from psrv.spark.observe.metrics import TensorBoardLogger
 
         try:
             self.loggers.append(TensorBoardLogger(os.path.join(self.directory, "tensorboard")))
@@ -165,8 +165,8 @@ class _Watch:
     def validation(self, network: Any, epoch: int, accuracy: float) -> None:
         if not self.on:
             return
-        from psrv.spark.metrics import log_validation
-        from psrv.spark.stats import validation_sample
+        from psrv.spark.observe.metrics import log_validation
+        from psrv.spark.observe.stats import validation_sample
 
         log_validation(self.loggers, int(network.iteration), epoch, {"accuracy": accuracy})
         self.records.append(validation_sample(time.time(), int(network.iteration), epoch, accuracy=accuracy))
@@ -178,7 +178,7 @@ class _Watch:
     def write(self, stats: list[dict[str, Any]]) -> list[str]:
         if self.directory is None:
             return []
-        from psrv.spark.stats_report import export_chrome_trace, export_stats_html
+        from psrv.spark.observe.report import export_chrome_trace, export_stats_html
 
         records = list(stats) + self.records
         html = export_stats_html(records, os.path.join(self.directory, "report.html"), title="psrv demo")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.spark.batching import chunked
+from psrv.spark.data.batching import chunked
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
@@ -121,8 +121,8 @@ class _NetworkEstimator(Estimator):
     def _as_rdd(self, frame: DataFrame, network: Any) -> Any:
         """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
         tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
-        from psrv.spark.inputs import _plan_hash
-        from psrv.spark.parquet import ParquetColumns, arrow_datasets, parquet_datasets
+        from psrv.spark.data.inputs import _plan_hash
+        from psrv.spark.data.parquet import ParquetColumns, arrow_datasets, parquet_datasets
 
         _check_columns(frame, self.feature_cols, "feature_cols")
         _check_columns(frame, (self.label_col,), "label_col")
@@ -144,12 +144,12 @@ class _NetworkEstimator(Estimator):
         if self.training_master is not None:
             return self.training_master
         from psrv.spark.config import VoidConfiguration
-        from psrv.spark.shared_training import SharedTrainingMaster
+        from psrv.spark.driver.shared_training import SharedTrainingMaster
 
         return SharedTrainingMaster(VoidConfiguration(), batch_size_per_worker=self.batch_size)
 
     def _fit(self, dataset: DataFrame) -> TorchModel:
-        from psrv.spark.network import SparkNetwork
+        from psrv.spark.driver.network import SparkNetwork
 
         network = self._new_network()
         spark_net = SparkNetwork(dataset.sparkSession.sparkContext, network, self._master())
@@ -239,7 +239,7 @@ class _ArrowPredictor:
 
     def __call__(self, *arrays: Any) -> Any:
         import pyarrow as pa
-        from psrv.spark.parquet import _vectors
+        from psrv.spark.data.parquet import _vectors
 
         parts = [_vectors(a, name) for a, name in zip(arrays, self.feature_cols, strict=True)]
         x = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
@@ -263,7 +263,7 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, clas
     """``dataset`` with the prediction (and probability) columns computed by a scalar Arrow UDF (Spark 4.1+
     with pyarrow and pandas); None where that is not available, and the caller scores Spark's rows."""
     try:
-        from psrv.spark.parquet import pyarrow_available
+        from psrv.spark.data.parquet import pyarrow_available
         from pyspark.ml.functions import array_to_vector
         from pyspark.sql.functions import ArrowUDFType, arrow_udf, col
 
@@ -353,7 +353,7 @@ class TorchModel(Model, MLWritable, MLReadable):
 
     def _record(self) -> bytes:
         import msgpack
-        from psrv.spark.checkpoints import _network_bytes
+        from psrv.spark.driver.checkpoints import _network_bytes
 
         kind, blob = _network_bytes(self.network)
         meta = {"feature_cols": list(self.feature_cols), "prediction_col": self.prediction_col,
@@ -364,7 +364,7 @@ class TorchModel(Model, MLWritable, MLReadable):
 
     @classmethod
     def _from_record_file(cls, path: str) -> TorchModel:
-        from psrv.spark.checkpoints import network_from_record, read_record
+        from psrv.spark.driver.checkpoints import network_from_record, read_record
 
         record = read_record(path, FORMAT, "psrv.spark.ml model file")
         network = network_from_record(record["network_kind"], record["network"], path)

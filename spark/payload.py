@@ -5,7 +5,7 @@ optionally its flat updater state, its buffers (BatchNorm statistics: state that
 and its normalizer state are enough to rebuild an identical network on an executor
 (``Network.from_config`` + copying the vectors in). Executors keep the last networks they built, keyed
 by the payload's id, so the tasks of one job reuse them. A torch network is built on the task's device
-(psrv.spark.device).
+(psrv.spark.task.device).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def takes_device(factory: Any) -> bool:
 
 
 def task_device() -> Any:
-    from psrv.spark.device import task_device as choose
+    from psrv.spark.task.device import task_device as choose
 
     return choose()
 

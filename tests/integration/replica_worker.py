@@ -34,7 +34,7 @@ def _legacy_compute_update(original):
 def main(source: str, target: str) -> None:
     from psrv.encoding import decode
     from psrv.server.node import Node
-    from psrv.spark.shared_training import _partition_trainer
+    from psrv.spark.driver.shared_training import _partition_trainer
 
     with open(source, "rb") as fh:
         job = pickle.load(fh)

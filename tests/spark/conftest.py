@@ -105,7 +105,7 @@ def _start_session_with_deadline():
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     """The session-wide SparkSession (local-cluster with 2 executors of 1 core, 1 GiB)."""
-    from psrv.spark.java import java_problem
+    from psrv.spark.driver.java import java_problem
 
     problem = java_problem()
     if problem is not None:  # one line, not Spark's gateway trace

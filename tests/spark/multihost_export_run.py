@@ -68,7 +68,7 @@ def main(workdir: str) -> int:
                    .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).getOrCreate())
         sc = session.sparkContext
         sc.setLogLevel("ERROR")
-        from psrv.spark.export import executor_hosts
+        from psrv.spark.data.export import executor_hosts
 
         while len(executor_hosts(sc)) < 2 or sc._jsc.sc().getExecutorMemoryStatus().size() < 3:
             if time.monotonic() - started > DEADLINE_S / 2:

@@ -8,8 +8,8 @@ import pytest
 from psrv.encoding import AdaptiveThreshold
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, VoidConfiguration
-from psrv.spark.checkpoints import newest
-from psrv.spark.epochs import EarlyStopping
+from psrv.spark.driver.checkpoints import newest
+from psrv.spark.driver.epochs import EarlyStopping
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

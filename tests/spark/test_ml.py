@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from psrv.nn.data import DataSet  # noqa: E402
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork, storage  # noqa: E402
 from psrv.spark import ml as spark_ml  # noqa: E402
+from psrv.spark.data.parquet import parquet_files  # noqa: E402
 from psrv.spark.ml import TorchEstimator, TorchModel  # noqa: E402
-from psrv.spark.parquet import parquet_files  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -14,8 +14,8 @@ from psrv.nn import MultiDataSet, TorchNetwork  # noqa: E402
 from psrv.nn.evaluation import Evaluation, RegressionEvaluation  # noqa: E402
 from psrv.spark import SparkNetwork  # noqa: E402
 from psrv.spark.config import VoidConfiguration  # noqa: E402
+from psrv.spark.driver.shared_training import SharedTrainingMaster  # noqa: E402
 from psrv.spark.errors import SparkInputError  # noqa: E402
-from psrv.spark.shared_training import SharedTrainingMaster  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -8,7 +8,7 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
 from psrv.spark.errors import SparkConfigError, SparkInputError
-from psrv.spark.stats import normalize_stats
+from psrv.spark.observe.stats import normalize_stats
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

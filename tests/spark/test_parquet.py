@@ -11,8 +11,13 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet, FileDataSetLoader
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
 from psrv.spark.data import batch_and_export
-from psrv.spark.inputs import dataframe_to_datasets
-from psrv.spark.parquet import ParquetDataSetLoader, dataset_from_parquet, dataset_to_parquet, parquet_files
+from psrv.spark.data.inputs import dataframe_to_datasets
+from psrv.spark.data.parquet import (
+    ParquetDataSetLoader,
+    dataset_from_parquet,
+    dataset_to_parquet,
+    parquet_files,
+)
 
 pytest.importorskip("pyarrow")
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]  # several fits on a shared 2-core machine

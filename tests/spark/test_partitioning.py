@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from psrv.spark.driver.partitioning import balanced_repartition, needs_repartition, repartition_rdd
 from psrv.spark.errors import SparkConfigError
-from psrv.spark.partitioning import balanced_repartition, needs_repartition, repartition_rdd
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 from psrv.nn.data import DataSet
-from psrv.spark.batching import chunked, rebatch
+from psrv.spark.data.batching import chunked, rebatch
 from psrv.spark.errors import PrefetchTimeoutError, SparkConfigError, SparkInputError
-from psrv.spark.prefetch import PrefetchingIterator
+from psrv.spark.task.prefetch import PrefetchingIterator
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -108,7 +108,7 @@ def test_rebatch_rejects_foreign_elements() -> None:
 
 
 def test_residual_carried_once_per_session() -> None:
-    from psrv.spark.worker import keep_residual, take_residual
+    from psrv.spark.task.worker import keep_residual, take_residual
 
     keep_residual("a", np.ones(3, np.float32))
     keep_residual("b", np.full(3, 2.0, np.float32))  # a new master replaces the old one's residual

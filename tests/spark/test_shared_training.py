@@ -11,9 +11,9 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.spark import SparkNetwork
 from psrv.spark.config import VoidConfiguration
+from psrv.spark.driver.shared_training import SharedTrainingMaster, route_source_address
 from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
-from psrv.spark.shared_training import SharedTrainingMaster, route_source_address
-from psrv.spark.stats_report import export_stats_html
+from psrv.spark.observe.report import export_stats_html
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

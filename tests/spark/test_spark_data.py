@@ -21,7 +21,7 @@ from psrv.spark.data import (
     records_to_multidatasets,
     sequences_to_datasets,
 )
-from psrv.spark.images import ImageBatch, ImageDataSetLoader, pack_images
+from psrv.spark.data.images import ImageBatch, ImageDataSetLoader, pack_images
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

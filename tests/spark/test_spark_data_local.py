@@ -23,8 +23,8 @@ from psrv.spark.data import (
     records_to_multidatasets,
     sequences_to_datasets,
 )
+from psrv.spark.data.images import ImageBatch, ImageDataSetLoader, label_of, pack_images
 from psrv.spark.errors import SparkConfigError, SparkInputError
-from psrv.spark.images import ImageBatch, ImageDataSetLoader, label_of, pack_images
 
 
 def _table(n: int = 7, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ import pytest
 from psrv.nn import Dense, Network, Output, Sgd
 from psrv.nn.data import DataSet
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
-from psrv.spark.stats_report import CLOCK_CAVEAT, export_stats_html
+from psrv.spark.observe.report import CLOCK_CAVEAT, export_stats_html
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

@@ -11,8 +11,8 @@ import pytest
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet, FileDataSetLoader
 from psrv.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, storage
+from psrv.spark.data.export import default_export_base, executor_hosts
 from psrv.spark.errors import ExportUnreachableError
-from psrv.spark.export import default_export_base, executor_hosts
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]  # several fits on a shared 2-core machine
 

@@ -12,7 +12,7 @@ from psrv.encoding import AdaptiveThreshold  # noqa: E402
 from psrv.nn import TorchNetwork  # noqa: E402
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork  # noqa: E402
 from psrv.spark.config import VoidConfiguration  # noqa: E402
-from psrv.spark.shared_training import SharedTrainingMaster  # noqa: E402
+from psrv.spark.driver.shared_training import SharedTrainingMaster  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

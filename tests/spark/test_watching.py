@@ -12,8 +12,8 @@ from psrv.nn import Adam, Dense, Network, Output, Sgd
 from psrv.nn.data import DataSet
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
 from psrv.spark.config import VoidConfiguration
-from psrv.spark.shared_training import SharedTrainingMaster
-from psrv.spark.worker_logs import DRIVER_LOGGER
+from psrv.spark.driver.shared_training import SharedTrainingMaster
+from psrv.spark.observe.worker_logs import DRIVER_LOGGER
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -36,7 +36,7 @@ def _master(**kwargs) -> SharedTrainingMaster:
 def test_fit_feeds_sinks_relays_debug_logs_and_shows_progress(spark_context, digits, tmp_path: Path,
                                                               caplog, capsys) -> None:
     pytest.importorskip("tensorboard")
-    from psrv.spark.metrics import TensorBoardLogger
+    from psrv.spark.observe.metrics import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train, _ = digits

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from psrv.spark.stats import event, metrics_sample, validation_sample
+from psrv.spark.observe.stats import event, metrics_sample, validation_sample
 
 T0 = 1_763_800_000.0
 

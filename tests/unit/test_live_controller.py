@@ -9,7 +9,7 @@ import pytest
 from psrv.encoding import ResidualEncoder
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.server import Controller, Node
-from psrv.spark.live_controller import LiveController
+from psrv.spark.driver.live_controller import LiveController
 from psrv.transport import TransportConfig
 
 pytestmark = [pytest.mark.timeout(60)]

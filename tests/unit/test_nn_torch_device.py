@@ -1,5 +1,5 @@
 """TorchNetwork devices and buffers: the module stays where it is, buffers are state, the device
-sharing path (psrv.spark.device) works on CPU tensors with a real controller and nodes."""
+sharing path (psrv.spark.task.device) works on CPU tensors with a real controller and nodes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode_counted  # 
 from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork, resolve_device  # noqa: E402
 from psrv.server import Controller, Node  # noqa: E402
-from psrv.spark import device as spark_device  # noqa: E402
+from psrv.spark.task import device as spark_device  # noqa: E402
 from psrv.transport import TransportConfig  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -225,7 +225,7 @@ def test_executor_side_builds_consult_the_task_device(monkeypatch) -> None:
     """Training (training_network) and evaluation/inference (cached_network) build a torch network on
     the task's device; here PSRV_DEVICE steers it (CPU only in CI)."""
     from psrv.spark.payload import NetworkPayload
-    from psrv.spark.worker import training_network
+    from psrv.spark.task.worker import training_network
 
     network = net()
     for _ in range(2):
@@ -272,7 +272,7 @@ def test_task_device_takes_the_gpu_spark_assigned(monkeypatch, caplog) -> None:
     monkeypatch.delenv(spark_device.DEVICE_ENV, raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Context()))
-    with caplog.at_level(logging.INFO, logger="psrv.spark.device"):
+    with caplog.at_level(logging.INFO, logger="psrv.spark.task.device"):
         chosen = spark_device.task_device()
     if CUDA:
         assert chosen == torch.device("cuda", 0) and "Spark assigned GPU 0" in caplog.text

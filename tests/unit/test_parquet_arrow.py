@@ -1,4 +1,4 @@
-"""psrv.spark.parquet without Spark: Arrow batches (as mapInArrow hands them to a task) to DataSets —
+"""psrv.spark.data.parquet without Spark: Arrow batches (as mapInArrow hands them to a task) to DataSets —
 several feature columns concatenated, ML Vectors dense and sparse, batches sliced, labels one-hot."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
+from psrv.spark.data.parquet import ARROW_DATASET_COLUMN, ArrowBatchConverter, ParquetColumns  # noqa: E402
 from psrv.spark.errors import SparkInputError  # noqa: E402
-from psrv.spark.parquet import ARROW_DATASET_COLUMN, ArrowBatchConverter, ParquetColumns  # noqa: E402
 
 _VECTOR = pa.struct([("type", pa.int8()), ("size", pa.int32()), ("indices", pa.list_(pa.int32())),
                      ("values", pa.list_(pa.float64()))])

@@ -6,7 +6,13 @@ import io
 import math
 from types import SimpleNamespace
 
-from psrv.spark.progress import LiveProgress, LossAverage, ProgressTracker, format_progress, report_progress
+from psrv.spark.observe.progress import (
+    LiveProgress,
+    LossAverage,
+    ProgressTracker,
+    format_progress,
+    report_progress,
+)
 from psrv.transport.counters import Counters
 
 
@@ -112,7 +118,7 @@ def test_live_progress_off_writes_nothing_and_survives_a_failing_source() -> Non
 def test_progress_setting_is_checked_on_the_driver() -> None:
     import pytest
     from psrv.spark.errors import SparkConfigError
-    from psrv.spark.progress import check_progress
+    from psrv.spark.observe.progress import check_progress
 
     assert check_progress(True) is True and check_progress(False) is False and check_progress(None) is False
     assert check_progress(30) == 30.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psrv.spark.stats_report import export_stats_html, kind_colour
+from psrv.spark.observe.report import export_stats_html, kind_colour
 from report_data import run_stats
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

@@ -9,9 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from psrv.spark.chrome_trace import chrome_trace
-from psrv.spark.stats import EVENT_KINDS
-from psrv.spark.stats_report import (
+from psrv.spark.observe.report import (
     _KIND_COLOURS,
     export_chrome_trace,
     kind_colour,
@@ -20,6 +18,8 @@ from psrv.spark.stats_report import (
     smooth,
     worker_summary,
 )
+from psrv.spark.observe.stats import EVENT_KINDS
+from psrv.spark.observe.trace import chrome_trace
 from report_data import run_stats
 
 

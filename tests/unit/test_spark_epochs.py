@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from psrv.encoding import AdaptiveThreshold
 from psrv.nn import Adam, Dense, Network, Output
-from psrv.spark import checkpoints
-from psrv.spark.epochs import EarlyStopping
+from psrv.spark.driver import checkpoints
+from psrv.spark.driver.epochs import EarlyStopping
 from psrv.spark.errors import SparkConfigError
 
 

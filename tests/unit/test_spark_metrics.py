@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from psrv.encoding import encode_counted
 from psrv.spark.errors import SparkConfigError
-from psrv.spark.metrics import (
+from psrv.spark.observe.metrics import (
     check_loggers,
     elements_sent,
     emit,
@@ -144,7 +144,7 @@ def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def test_tensorboard_logger_writes_event_files_tensorboard_reads(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    from psrv.spark.metrics import TensorBoardLogger
+    from psrv.spark.observe.metrics import TensorBoardLogger
 
     logger = TensorBoardLogger(str(tmp_path / "tb"))
     emit([logger], [(1, 0, {"master/loss": 0.5, "worker/p0/sparsity": 0.01}), (2, 0, {"master/loss": 0.25})])
@@ -159,7 +159,7 @@ def test_mlflow_logger_writes_a_local_file_store(tmp_path: Path, monkeypatch) ->
     mlflow = pytest.importorskip("mlflow")
     # MLflow 3 keeps the file store in maintenance mode behind this switch (sqlite needs SQLAlchemy)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    from psrv.spark.metrics import MLflowLogger
+    from psrv.spark.observe.metrics import MLflowLogger
 
     uri = (tmp_path / "mlruns").as_uri()
     logger = MLflowLogger(tracking_uri=uri, experiment="psrv-test", run_name="unit")

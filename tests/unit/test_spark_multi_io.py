@@ -1,13 +1,13 @@
 """Spark-side pieces of several inputs/outputs, without Spark: DataFrame rows with several feature column
-groups to MultiDataSets (psrv.spark.inputs_multi; rows are plain mappings, as pyspark Rows index by name)
-and validation metrics per output (psrv.spark.epochs)."""
+groups to MultiDataSets (psrv.spark.data.inputs_multi; rows are plain mappings, as pyspark Rows index by name)
+and validation metrics per output (psrv.spark.driver.epochs)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from psrv.spark.data.inputs_multi import _RowsToMultiDataSets, groups, is_multi_columns
 from psrv.spark.errors import SparkInputError
-from psrv.spark.inputs_multi import _RowsToMultiDataSets, groups, is_multi_columns
 
 
 def test_groups_and_detection() -> None:
@@ -35,7 +35,7 @@ def test_rows_become_multidatasets_with_groups_concatenated_and_class_indices_on
 def test_validation_metrics_of_several_outputs_are_given_per_output() -> None:
     from psrv.nn.evaluation import Evaluation, RegressionEvaluation
     from psrv.nn.torch_io import PerOutput
-    from psrv.spark.epochs import validation_metrics
+    from psrv.spark.driver.epochs import validation_metrics
 
     result = PerOutput([Evaluation(num_classes=2), RegressionEvaluation()])
     result.eval([np.array([0, 1, 1]), np.array([[1.0], [2.0], [3.0]])],

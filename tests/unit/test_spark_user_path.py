@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch")
 
 from psrv.nn import Dense, Network, Output, TorchNetwork  # noqa: E402
 from psrv.nn.data import DataSet  # noqa: E402
-from psrv.spark import preflight, shipping  # noqa: E402
+from psrv.spark.driver import preflight, shipping  # noqa: E402
+from psrv.spark.driver.job_errors import find_worker_error, worker_errors  # noqa: E402
 from psrv.spark.errors import SparkConfigError, SparkInputError, TrainingJobError  # noqa: E402
-from psrv.spark.job_errors import find_worker_error, worker_errors  # noqa: E402
 from psrv.spark.payload import NetworkPayload  # noqa: E402
-from psrv.spark.worker import training_network  # noqa: E402
+from psrv.spark.task.worker import training_network  # noqa: E402
 
 
 def _torch_net(seed: int) -> TorchNetwork:
@@ -170,7 +170,7 @@ _SPARK_TEXT = """An error occurred while calling o123.collect.
 org.apache.spark.api.python.PythonException: Traceback (most recent call last):
   File "/x/pyspark/worker.py", line 1, in main
     process()
-  File "/x/psrv/spark/shared_training.py", line 9, in train
+  File "/x/psrv/spark/driver/shared_training.py", line 9, in train
     raise SparkInputError("expected RDD elements of type DataSet, got str")
 psrv.spark.errors.SparkInputError: expected RDD elements of type DataSet, got str
 

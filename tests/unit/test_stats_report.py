@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from psrv.spark.stats import StatsFormatError, event, metrics_sample, normalize_stats
-from psrv.spark.stats_report import CLOCK_CAVEAT, export_stats_html, render_stats_html
+from psrv.spark.observe.report import CLOCK_CAVEAT, export_stats_html, render_stats_html
+from psrv.spark.observe.stats import StatsFormatError, event, metrics_sample, normalize_stats
 
 T0 = 1_763_800_000.0
 

@@ -78,8 +78,8 @@ def test_psrv_files_through_every_backend(root) -> None:
     stats report: each written and read back through the storage layer."""
     from psrv.nn import Dense, Network, Output
     from psrv.nn.evaluation import Evaluation
-    from psrv.spark.evaluation import load_evaluations, save_evaluations
-    from psrv.spark.stats_report import export_stats_html
+    from psrv.spark.driver.evaluation import load_evaluations, save_evaluations
+    from psrv.spark.observe.report import export_stats_html
 
     uri, _ = root
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from psrv.nn._files import current_umask, write_atomically
 from psrv.server.cli import build_parser, main
-from psrv.spark.java import java_problem
+from psrv.spark.driver.java import java_problem
 
 
 def test_version_from_the_cli_and_the_package(capsys) -> None:
@@ -107,7 +107,7 @@ def test_demo_says_in_one_line_that_java_is_missing(tmp_path) -> None:
 
 
 def test_progress_goes_to_stderr_never_stdout(capsys) -> None:
-    from psrv.spark.progress import LiveProgress
+    from psrv.spark.observe.progress import LiveProgress
 
     node = {"partition": 0, "epoch": 0, "steps": 3, "examples": 48, "loss": 0.5}
     progress = LiveProgress(lambda: ([node], {"updates_applied": 2}), log_every_s=0.0)

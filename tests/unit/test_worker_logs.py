@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from psrv.spark.worker_logs import DRIVER_LOGGER, WorkerLogCapture, relay_worker_logs
+from psrv.spark.observe.worker_logs import DRIVER_LOGGER, WorkerLogCapture, relay_worker_logs
 
 
 class _Clock:

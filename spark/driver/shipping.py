@@ -67,7 +67,7 @@ def recording_pickle_module() -> tuple[Any, list[ByReference]]:
             return super().reducer_override(obj)
 
     module = types.SimpleNamespace(Pickler=RecordingPickler, Unpickler=__import__("pickle").Unpickler,
-                                   __name__="psrv.spark.shipping.recording")
+                                   __name__="psrv.spark.driver.shipping.recording")
     return module, seen
 
 

@@ -4,7 +4,7 @@ An executor's Python worker has no logging handlers, so a warning there goes now
 Inside a task, :class:`WorkerLogCapture` keeps the task's WARNING-and-above records (any logger,
 the node's I/O thread included) and the ``encoding_debug_mode`` statistics, rate-limited and
 bounded; the task returns them with its result and :func:`relay_worker_logs` logs them on the
-driver through the ``psrv.spark.worker_logs`` logger, each line naming the worker (host:pid) and
+driver through the ``psrv.spark.observe.worker_logs`` logger, each line naming the worker (host:pid) and
 partition. The driver's logging configuration decides what is shown: the debug statistics are
 INFO, warnings stay warnings.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["DRIVER_LOGGER", "WorkerLogCapture", "relay_worker_logs"]
 
-DRIVER_LOGGER = "psrv.spark.worker_logs"
+DRIVER_LOGGER = "psrv.spark.observe.worker_logs"
 MAX_RECORDS = 200  # per task: what one result may carry
 INTERVAL_S = 1.0  # per kind of message: at most one record per interval (the rest are counted)
 _MESSAGE_CHARS = 2000
@@ -133,7 +133,7 @@ class WorkerLogCapture(logging.Handler):
 
 def relay_worker_logs(records: Iterable[Mapping[str, Any]], logger: logging.Logger | None = None,
                       max_records: int = 1000) -> int:
-    """Log the workers' records on the driver (``psrv.spark.worker_logs`` by default), each naming
+    """Log the workers' records on the driver (``psrv.spark.observe.worker_logs`` by default), each naming
     its worker and partition; returns how many were logged (at most ``max_records`` per call)."""
     logger = logger or logging.getLogger(DRIVER_LOGGER)
     logged = skipped = 0

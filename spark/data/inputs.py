@@ -78,7 +78,7 @@ def dataframe_to_datasets(
 ) -> RDD:
     """An RDD of DataSets from a DataFrame; ``num_classes`` one-hot encodes a class-index label column.
 
-    A DataFrame that is a plain Parquet scan is read with Arrow in the tasks (psrv.spark.parquet).
+    A DataFrame that is a plain Parquet scan is read with Arrow in the tasks (psrv.spark.data.parquet).
     """
     missing = [c for c in (features_col, label_col) if c not in frame.columns]
     if missing:
@@ -86,7 +86,7 @@ def dataframe_to_datasets(
             f"DataFrame lacks column(s) {missing}: expected a features column {features_col!r} and a label "
             f"column {label_col!r}, got columns {frame.columns}"
         )
-    from psrv.spark.parquet import ParquetColumns, parquet_datasets
+    from psrv.spark.data.parquet import ParquetColumns, parquet_datasets
 
     key = ("dataframe", _plan_hash(frame), features_col, label_col, num_classes)
     rdd = parquet_datasets(frame, ParquetColumns(features_col, label_col, num_classes))

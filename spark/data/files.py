@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
 from psrv.spark import storage
-from psrv.spark.batching import batches_of, check_batch_size
+from psrv.spark.data.batching import batches_of, check_batch_size
 from psrv.spark.errors import ExportError, SparkInputError, StorageError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class _PartitionExporter:
         for number, batch in enumerate(rebatch(items, self.batch_size)):
             path = _join(self.directory, _file_name(partition, number, suffix))
             if parquet:
-                from psrv.spark.parquet import dataset_to_parquet
+                from psrv.spark.data.parquet import dataset_to_parquet
 
                 blob = dataset_to_parquet(batch if isinstance(batch, DataSet) else batch.to_dataset())
             else:
@@ -122,12 +122,12 @@ def batch_and_export(
     The executors write their files themselves; ``through_driver=True`` streams every minibatch to
     the driver, which writes it (for a cluster whose executors cannot reach the URI's file system).
     ``file_format="parquet"`` writes each minibatch as a Parquet file (read it back with
-    ``psrv.spark.parquet.ParquetDataSetLoader``; DataSets without masks).
+    ``psrv.spark.data.parquet.ParquetDataSetLoader``; DataSets without masks).
     """
     if file_format not in FILE_FORMATS:
         raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
     if file_format == "parquet":
-        from psrv.spark.parquet import _pyarrow
+        from psrv.spark.data.parquet import _pyarrow
 
         _pyarrow()  # a missing pyarrow fails here, on the driver
     directory = _absolute(path)

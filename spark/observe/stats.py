@@ -94,7 +94,7 @@ METRIC_FIELDS: tuple[str, ...] = ("loss", "threshold", "sparsity", "bytes")
 
 
 class StatsFormatError(SparkInputError):
-    """A training-stats record does not follow the format documented in psrv.spark.stats."""
+    """A training-stats record does not follow the format documented in psrv.spark.observe.stats."""
 
 
 def event(worker: str, kind: str, start: float, end: float, **fields: Any) -> dict[str, Any]:

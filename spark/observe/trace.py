@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from psrv.nn._files import write_atomically
-from psrv.spark.stats import METRIC_FIELDS, VALIDATION_KIND, normalize_stats
+from psrv.spark.observe.stats import METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
 __all__ = ["chrome_trace", "export_chrome_trace"]
 
@@ -33,7 +33,7 @@ def _plain(value: Any) -> Any:
 
 def chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> dict[str, Any]:
     """The trace as a dict (``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``)."""
-    from psrv.spark.stats_report import epoch_starts, kind_label
+    from psrv.spark.observe.report import epoch_starts, kind_label
 
     records = normalize_stats(stats)
     workers = sorted({r["worker"] for r in records}, key=lambda w: (w == "driver", w))

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from psrv.spark import evaluation as distributed
-from psrv.spark import preflight, shipping
-from psrv.spark.batching import check_batch_size
+from psrv.spark.data.batching import check_batch_size
+from psrv.spark.data.inputs import classes_of, dataframe_to_datasets, is_dataframe
+from psrv.spark.data.inputs_multi import dataframe_to_multidatasets, is_multi_columns
+from psrv.spark.driver import evaluation as distributed
+from psrv.spark.driver import preflight, shipping
+from psrv.spark.driver.job_errors import worker_errors
+from psrv.spark.driver.partitioning import needs_repartition
 from psrv.spark.errors import SparkConfigError, SparkInputError
-from psrv.spark.inputs import classes_of, dataframe_to_datasets, is_dataframe
-from psrv.spark.inputs_multi import dataframe_to_multidatasets, is_multi_columns
-from psrv.spark.job_errors import worker_errors
-from psrv.spark.metrics import watching
-from psrv.spark.partitioning import needs_repartition
+from psrv.spark.observe.metrics import watching
 from psrv.spark.payload import NetworkPayload
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class SparkNetwork:
 
     A TorchNetwork of several inputs or outputs trains on RDDs of MultiDataSets, or on a DataFrame with
     ``features_col`` one entry per input (a column, or a tuple of numeric columns concatenated) and
-    ``label_col`` one column per output (psrv.spark.inputs_multi).
+    ``label_col`` one column per output (psrv.spark.data.inputs_multi).
     """
 
     def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
@@ -63,7 +63,7 @@ class SparkNetwork:
         self.features_col = features_col
         self.label_col = label_col
         self.check_data = bool(check_data)
-        self.history: list[Any] = []  # psrv.spark.epochs.EpochRecord per epoch of the last multi-epoch fit
+        self.history: list[Any] = []  # an epochs.EpochRecord per epoch of the last multi-epoch fit
 
     def __repr__(self) -> str:
         return f"SparkNetwork({self.network!r}, training_master={self.training_master!r})"
@@ -101,7 +101,8 @@ class SparkNetwork:
         written to ``checkpoint_dir`` (local path or Hadoop-FS URI). ``resume=True`` first loads the newest
         checkpoint there and trains the epochs still missing to reach ``epochs``. ``self.history`` holds
         one record (epoch, metrics, seconds) per epoch. ``loggers``: metrics sinks for this call, besides
-        the master's (psrv.spark.metrics); ``progress``: live progress on stderr (default: the master's).
+        the master's (see psrv.spark.observe.metrics); ``progress``: live progress on stderr (default: the
+        master's).
         """
         master = self._master()
         shipping.check_network(self.network, self.spark_context)  # before anything touches the data
@@ -113,7 +114,7 @@ class SparkNetwork:
                 with worker_errors("fit"):  # one epoch, exactly as the training master trains it
                     master.execute_training(self.spark_context, self.network, rdd)
                 return self.network
-            from psrv.spark.epochs import run_epochs
+            from psrv.spark.driver.epochs import run_epochs
 
             counts = profile.element_counts() if profile is not None else None
             with worker_errors("fit"):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from psrv.nn.data import DATA_FILE_SUFFIX
 from psrv.spark import storage
-from psrv.spark.batching import check_batch_size, rebatch
+from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.errors import ExportError, ExportUnreachableError, SparkConfigError, StorageError
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def files_backed(rdd: RDD) -> bool:
 
 def source_key(rdd: RDD) -> tuple[Any, ...]:
     """What identifies the data a user fitted: a DataFrame's semantic plan hash (set by
-    psrv.spark.inputs on the RDD it converts to) or the RDD itself (application id + RDD id)."""
+    psrv.spark.data.inputs on the RDD it converts to) or the RDD itself (application id + RDD id)."""
     marked = getattr(rdd, "_psrv_source_key", None)
     if marked is not None:
         return tuple(marked)

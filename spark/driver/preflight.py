@@ -50,7 +50,7 @@ class DataProfile:
 
     def shares(self, workers: int, repartitioned: bool) -> list[int]:
         """Examples per worker after the training master's repartitioning (balanced round-robin by
-        element, as psrv.spark.partitioning deals them) or as the partitions are."""
+        element, as psrv.spark.driver.partitioning deals them) or as the partitions are."""
         if not repartitioned:
             return [sum(sizes) for sizes in self.element_sizes]
         shares = [0] * workers
@@ -63,7 +63,7 @@ class DataProfile:
 
 
 def _profile_partition(items: Iterator[Any]) -> Iterator[tuple[list[int], Any]]:
-    from psrv.spark.batching import as_batch
+    from psrv.spark.data.batching import as_batch
 
     sizes: list[int] = []
     sample = None

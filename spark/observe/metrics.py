@@ -63,7 +63,7 @@ def check_loggers(loggers: Any) -> list[Any]:
         if not callable(getattr(item, "on_metrics", None)):
             raise SparkConfigError(
                 f"loggers: expected objects with on_metrics(step, epoch, metrics), got {item!r}; use "
-                "psrv.spark.metrics.TensorBoardLogger(log_dir) or MLflowLogger(), or your own class"
+                "psrv.spark.observe.metrics.TensorBoardLogger(log_dir) or MLflowLogger(), or your own class"
             )
     return out
 
@@ -294,7 +294,7 @@ def watching(master: Any, loggers: Any = None, progress: Any = None) -> Iterator
     if extra:
         master.loggers = before_loggers + extra
     if progress is not None:
-        from psrv.spark.progress import check_progress
+        from psrv.spark.observe.progress import check_progress
 
         master.progress = check_progress(progress)
     try:

@@ -1,6 +1,6 @@
 """The training-statistics report: one self-contained HTML file (inline SVG, no network access).
 
-``export_stats_html(stats, path)`` takes the records described in :mod:`psrv.spark.stats` and
+``export_stats_html(stats, path)`` takes the records described in :mod:`psrv.spark.observe.stats` and
 writes a timeline with one row per worker (each activity a coloured bar, hover for details) and
 one line chart per metric (loss, threshold, sparsity, bytes per step; one line per worker).
 """
@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from psrv.spark.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
+from psrv.spark.observe.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
 __all__ = ["CLOCK_CAVEAT", "export_chrome_trace", "export_stats_html", "kind_colour", "kind_label",
            "render_stats_html", "worker_summary"]
@@ -444,8 +444,8 @@ def render_stats_html(
 
 
 def export_chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], path: str) -> str:
-    """The same timeline as Trace Event JSON (Perfetto, chrome://tracing); see psrv.spark.chrome_trace."""
-    from psrv.spark.chrome_trace import export_chrome_trace as export
+    """The same timeline as Trace Event JSON (Perfetto, chrome://tracing); see psrv.spark.observe.trace."""
+    from psrv.spark.observe.trace import export_chrome_trace as export
 
     return export(stats, path)
 
@@ -456,7 +456,7 @@ def export_stats_html(
     """Write the report to ``path`` (a local path or any storage-layer URI, atomically) and return
     where it went (an absolute local path, or the URI).
 
-    ``stats`` is what ``SparkNetwork.get_training_stats()`` returns (format: psrv.spark.stats).
+    ``stats`` is what ``SparkNetwork.get_training_stats()`` returns (format: psrv.spark.observe.stats).
     The file needs no network access: styles and SVG are inline, the raw records are embedded as
     JSON (``<script id="psrv-stats">``) for other tools.
     """

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
-from psrv.spark.batching import check_batch_size, rebatch
+from psrv.spark.data.batching import check_batch_size, rebatch
+from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
+from psrv.spark.driver.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.errors import SparkInputError
-from psrv.spark.export import ExportCache, check_training_approach, files_backed
-from psrv.spark.metrics import check_loggers, publish_round
-from psrv.spark.partitioning import parse_repartition, parse_strategy, repartition_rdd
+from psrv.spark.observe.metrics import check_loggers, publish_round
+from psrv.spark.observe.worker_logs import WorkerLogCapture, relay_worker_logs
 from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
-from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
-from psrv.spark.worker import (
+from psrv.spark.task.prefetch import PrefetchingIterator, check_prefetch_num_batches
+from psrv.spark.task.worker import (
     EventLog,
     driver_event,
     partition_id,
@@ -33,7 +34,6 @@ from psrv.spark.worker import (
     training_network,
     worker_id,
 )
-from psrv.spark.worker_logs import WorkerLogCapture, relay_worker_logs
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -57,7 +57,7 @@ class RoundResult:
         self.loss_sum = loss_sum
         self.examples = examples
         self.events = events
-        self.logs: list[dict[str, Any]] = []  # psrv.spark.worker_logs records
+        self.logs: list[dict[str, Any]] = []  # psrv.spark.observe.worker_logs records
         self.buffers = add_buffers(None, buffers)  # float64 sums by name, averaged like the params
 
 
@@ -154,7 +154,7 @@ class ParameterAveragingTrainingMaster:
         self.repartition_strategy = parse_strategy(repartition_strategy)
         self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
         self.collect_training_stats = bool(collect_training_stats)
-        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
+        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self._exports = ExportCache()  # exports of the data fitted, reused by later fits

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet, MultiDataSet
-from psrv.spark.batching import check_batch_size, chunked
-from psrv.spark.data_files import (
+from psrv.spark.data.batching import check_batch_size, chunked
+from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
     Record,
     _convert_partitions,

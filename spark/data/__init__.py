@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psrv.spark.data_files import (
+from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
     Record,
     batch_and_export,
@@ -34,7 +34,7 @@ from psrv.spark.data_files import (
     rebatch,
     write_bytes,
 )
-from psrv.spark.data_records import (
+from psrv.spark.data.records import (
     ColumnRange,
     MultiDataSetSpec,
     OneHotColumn,
@@ -44,7 +44,7 @@ from psrv.spark.data_records import (
     records_to_datasets,
     records_to_multidatasets,
 )
-from psrv.spark.data_sequences import read_sequences, sequences_to_datasets
+from psrv.spark.data.sequences import read_sequences, sequences_to_datasets
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -73,9 +73,9 @@ _IMAGE_NAMES = ("ImageBatch", "ImageDataSetLoader", "PackedImages", "decode_imag
 
 
 def __getattr__(name: str) -> Any:
-    """The image pipeline lives in psrv.spark.images; its names are reachable from here too."""
+    """The image pipeline lives in psrv.spark.data.images; its names are reachable from here too."""
     if name in _IMAGE_NAMES:
-        from psrv.spark import images
+        from psrv.spark.data import images
 
         return getattr(images, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ trains over its data with a prefetching iterator, encodes every update with its 
 the encoded update locally and submits it, then leaves. ``fit`` returns when the job ends; the
 driver's network then holds the controller's parameters, the workers' averaged updater state and
 the averaged threshold state. ``fit(epochs=N)`` runs one job per epoch but keeps one controller (its
-keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.live_controller).
+keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.driver.live_controller).
 """
 
 from __future__ import annotations
@@ -25,24 +25,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
-from psrv.spark.batching import check_batch_size, rebatch
 from psrv.spark.config import VoidConfiguration
-from psrv.spark.device import DeviceSharing, wants_device_sharing
+from psrv.spark.data.batching import check_batch_size, rebatch
+from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
+from psrv.spark.driver.live_controller import LiveController, start_controller
+from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
+from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
     ControllerUnreachableError,
     SparkConfigError,
     SparkInputError,
     TrainingJobError,
 )
-from psrv.spark.export import ExportCache, check_training_approach, files_backed
-from psrv.spark.live_controller import LiveController, start_controller
-from psrv.spark.metrics import check_loggers, elements_sent, publish_shared_fit
-from psrv.spark.partitioning import parse_repartition, repartition_rdd
+from psrv.spark.observe.metrics import check_loggers, elements_sent, publish_shared_fit
+from psrv.spark.observe.progress import LiveProgress, LossAverage, check_progress, report_progress
+from psrv.spark.observe.worker_logs import WorkerLogCapture, relay_worker_logs
 from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, lineage, mean_buffers, set_counters
-from psrv.spark.prefetch import PrefetchingIterator, check_prefetch_num_batches
-from psrv.spark.progress import LiveProgress, LossAverage, check_progress, report_progress
-from psrv.spark.task_clock import TaskStartClock
-from psrv.spark.worker import (
+from psrv.spark.task.device import DeviceSharing, wants_device_sharing
+from psrv.spark.task.prefetch import PrefetchingIterator, check_prefetch_num_batches
+from psrv.spark.task.worker import (
     EventLog,
     driver_event,
     keep_residual,
@@ -54,7 +55,6 @@ from psrv.spark.worker import (
     training_network,
     worker_id,
 )
-from psrv.spark.worker_logs import WorkerLogCapture, relay_worker_logs
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -103,7 +103,7 @@ class WorkerResult:
     events: list[dict[str, Any]]
     counters: dict[str, Any]
     replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
-    logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.worker_logs records
+    logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
 
 
@@ -346,8 +346,8 @@ class SharedTrainingMaster:
         self.encoding_debug_mode = bool(encoding_debug_mode)
         self.collect_training_stats = bool(collect_training_stats)
         self.check_replicas = bool(check_replicas)
-        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.metrics), on the driver
-        self.progress = check_progress(progress)  # live progress on stderr during fit (psrv.spark.progress)
+        self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
+        self.progress = check_progress(progress)  # live progress on stderr during fit (observe.progress)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -396,7 +396,7 @@ class SharedTrainingMaster:
         """Keep one controller (one set of keys, the master copy) for every epoch trained inside.
 
         ``SparkNetwork.fit(epochs=N)`` trains inside it: each epoch's job joins the running controller
-        (psrv.spark.live_controller). Outside it, or with ``_controller_per_epoch`` (the old per-epoch
+        (psrv.spark.driver.live_controller). Outside it, or with ``_controller_per_epoch`` (the old per-epoch
         setup, kept for the benchmark), each job starts and stops its own controller.
         """
         if self._live is not None or self._controller_per_epoch:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.spark import storage
-from psrv.spark.batching import check_batch_size, chunked, rebatch
+from psrv.spark.data.batching import check_batch_size, chunked, rebatch
 from psrv.spark.errors import EvaluationFileError, SparkInputError, StorageError
 from psrv.spark.payload import NetworkPayload
-from psrv.spark.prefetch import PrefetchingIterator
-from psrv.spark.worker import path_loader, task_source
+from psrv.spark.task.prefetch import PrefetchingIterator
+from psrv.spark.task.worker import path_loader, task_source
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -228,7 +228,7 @@ def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, 
 def outputs_of(spark_context: SparkContext, payload: NetworkPayload, rdd: RDD) -> RDD:
     """The network's output on each element's features (an RDD of DataSets or MultiDataSets, in order):
     an array, or a list of arrays (one per output) for a network of several outputs. Lazy."""
-    from psrv.spark.batching import as_batch
+    from psrv.spark.data.batching import as_batch
 
     broadcast = spark_context.broadcast(payload)
 

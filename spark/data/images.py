@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn.data import DataSet, decode_arrays, encode_arrays, one_hot
 from psrv.nn.errors import DataFileError
-from psrv.spark.data_files import _absolute, _join, _local, list_local_paths, write_bytes
+from psrv.spark.data.files import _absolute, _join, _local, list_local_paths, write_bytes
 from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:

@@ -119,8 +119,8 @@ def prepared_data(spark_context: SparkContext, master: Any, network: Any, rdd: R
     repartitioning its counting job.
     """
     from psrv.nn.data import FileDataSetLoader
-    from psrv.spark.export import exported_minibatches
-    from psrv.spark.partitioning import repartition_rdd
+    from psrv.spark.data.export import exported_minibatches
+    from psrv.spark.driver.partitioning import repartition_rdd
 
     approach = getattr(master, "rdd_training_approach", "export")
     workers_of = getattr(master, "workers", None) or getattr(master, "num_workers", None)
@@ -167,7 +167,7 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                resume: bool = False, element_counts: list[int] | None = None) -> list[EpochRecord]:
     """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
-    from psrv.spark import checkpoints
+    from psrv.spark.driver import checkpoints
 
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise SparkConfigError(f"epochs: expected a positive int, got {epochs!r}")

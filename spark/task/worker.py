@@ -13,7 +13,7 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
-from psrv.spark.batching import as_batch
+from psrv.spark.data.batching import as_batch
 from psrv.spark.payload import NetworkPayload, takes_device
 
 _training_networks: dict[str, Any] = {}
@@ -36,13 +36,13 @@ def training_network(payload: NetworkPayload) -> Any:
     """A network of the payload's architecture holding the payload's parameters, updater state, counters.
 
     Built once per executor process, driver-side network (the payload's lineage) and device (a torch
-    network on the task's device, see psrv.spark.device); later tasks of the same network only copy the
+    network on the task's device, see psrv.spark.task.device); later tasks of the same network only copy the
     vectors and buffers in. Another network, even of the same architecture, is built afresh from its own
     payload, so nothing of the previous one (optimizer state, buffers) leaks into it.
     """
     device = None
     if takes_device(payload.factory):
-        from psrv.spark.device import task_device
+        from psrv.spark.task.device import task_device
 
         device = task_device()
     key = json.dumps([payload.lineage, payload.config, str(device)], sort_keys=True, default=str)

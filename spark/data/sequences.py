@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
-from psrv.spark.batching import check_batch_size, chunked
-from psrv.spark.data_files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
-from psrv.spark.data_records import _LabelSpec, parse_csv_line
+from psrv.spark.data.batching import check_batch_size, chunked
+from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
+from psrv.spark.data.records import _LabelSpec, parse_csv_line
 from psrv.spark.errors import SparkInputError
 
 if TYPE_CHECKING:

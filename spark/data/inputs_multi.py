@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.multidataset import MultiDataSet
+from psrv.spark.data.inputs import ROWS_PER_DATASET, _plan_hash, _vector
 from psrv.spark.errors import SparkInputError
-from psrv.spark.inputs import ROWS_PER_DATASET, _plan_hash, _vector
 
 if TYPE_CHECKING:
     from pyspark import RDD

@@ -1,0 +1,1 @@
+"""What runs on the Spark driver: masters, SparkNetwork, epochs, the live controller, preflight checks."""
