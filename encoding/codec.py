@@ -29,6 +29,7 @@ from psrv.encoding.update_header import (  # the wire format's header, defined t
     FORM_NAMES,
     HEADER_WORDS,
     SPARSE,
+    WORD_ELEMENTS,
     bitmap_words,
     check_header,
     check_too_short,
@@ -69,7 +70,8 @@ def float32_threshold(threshold: float) -> np.float32:
     return tau
 
 
-def _tau_bits(tau: np.float32) -> np.int32:
+def float32_bits(tau: np.float32) -> np.int32:
+    """The float32 bit pattern of tau as the header's int32 word."""
     return np.array([tau], dtype=np.float32).view(np.int32)[0]
 
 
@@ -129,7 +131,7 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
     words = bitmap_words(n)
     chunks = _chunks(n, threads)
     indices, originals, bitmap = _scratch(n, residual.dtype)
-    word_ranges = [(lo // k.WORD_ELEMENTS, -(-hi // k.WORD_ELEMENTS)) for lo, hi in chunks]
+    word_ranges = [(lo // WORD_ELEMENTS, -(-hi // WORD_ELEMENTS)) for lo, hi in chunks]
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
@@ -155,7 +157,7 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
         return None, 0
     if total < words:
         message = np.empty(HEADER_WORDS + total, dtype=np.int32)
-        message[:HEADER_WORDS] = (total, n, _tau_bits(tau32), SPARSE)
+        message[:HEADER_WORDS] = (total, n, float32_bits(tau32), SPARSE)
         pos = HEADER_WORDS
         for c, (count, _, bitmap_mode) in enumerate(results):
             w0, w1 = word_ranges[c]
@@ -171,7 +173,7 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
             w0, w1 = word_ranges[c]
             k.indices_to_bitmap(indices[w0:w1], count, bitmap)
     message = np.empty(HEADER_WORDS + words, dtype=np.int32)
-    message[:HEADER_WORDS] = (n, n, _tau_bits(tau32), BITMAP)
+    message[:HEADER_WORDS] = (n, n, float32_bits(tau32), BITMAP)
     message[HEADER_WORDS:] = bitmap.view(np.int32)
     bitmap[:] = 0
     return message, total
@@ -197,7 +199,7 @@ def sparse_message(indices: np.ndarray, negative: np.ndarray, n: int, threshold:
         raise ValueError(f"{count} of {n} elements is denser than the sparse form holds "
                          f"(fewer than {bitmap_words(n)}); encode a dense residual instead")
     message = np.empty(HEADER_WORDS + count, dtype=np.int32)
-    message[:HEADER_WORDS] = (count, n, _tau_bits(tau32), SPARSE)
+    message[:HEADER_WORDS] = (count, n, float32_bits(tau32), SPARSE)
     body = message[HEADER_WORDS:]
     np.add(idx, 1, out=body, casting="unsafe")
     np.negative(body, out=body, where=neg)
@@ -275,7 +277,7 @@ def bitmap_problem(code: int, position: int, n: int) -> str:
     return f"bitmap word {position} sets bits beyond element N={n}"
 
 
-def _parse(message) -> tuple[np.ndarray, MessageInfo]:
+def parse_message(message) -> tuple[np.ndarray, MessageInfo]:
     """Fully validate a message (header, length, body); return it as int32 and its header info."""
     array = _as_message_array(message)
     check_too_short(array.shape[0])
@@ -308,7 +310,7 @@ def message_info(message: np.ndarray | bytes | bytearray | memoryview) -> Messag
 
     Raises MalformedMessageError naming what is wrong.
     """
-    return _parse(message)[1]
+    return parse_message(message)[1]
 
 
 def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndarray,
@@ -323,7 +325,7 @@ def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndar
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale!r}")
-    array, info = _parse(message)
+    array, info = parse_message(message)
     if info.n != target.shape[0]:
         raise MalformedMessageError(
             f"message is for N={info.n} elements but the target has {target.shape[0]}")
@@ -332,3 +334,19 @@ def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndar
         k.apply_sparse(array, target, delta)
     else:
         k.apply_bitmap(array[HEADER_WORDS:].view(np.uint32), target, delta)
+
+
+__all__ = [
+    "MessageInfo",
+    "PARALLEL_MIN_ELEMENTS_PER_THREAD",
+    "bitmap_problem",
+    "decode",
+    "encode",
+    "encode_counted",
+    "float32_bits",
+    "float32_threshold",
+    "message_info",
+    "parse_message",
+    "sparse_message",
+    "sparse_problem",
+]

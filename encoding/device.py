@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 from psrv.encoding import _kernels as k
-from psrv.encoding import codec
+from psrv.encoding import codec, update_header
 from psrv.encoding.errors import MalformedMessageError, NonFiniteResidualError
+from psrv.encoding.update_header import HEADER_WORDS, SPARSE
 
-HEADER_WORDS = codec.HEADER_WORDS
 _FLOATS = {torch.float32: (torch.int32, 0x7FFF_FFFF, 0x7F80_0000, np.float32, np.int32),
            torch.float64: (torch.int64, 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000, np.float64, np.int64)}
-_WORD = k.WORD_ELEMENTS
+_WORD = update_header.WORD_ELEMENTS
 
 
 def _check_vector(tensor: Any, name: str) -> None:
@@ -82,15 +82,15 @@ def encode_counted(residual: torch.Tensor, threshold: float) -> tuple[torch.Tens
         negative = residual[where] < 0  # hits are never zero, so the sign bit is the sign
         signed_tau = torch.where(negative, -tau, tau).to(residual.dtype)
         residual[where] = residual[where] - signed_tau  # x - (-tau) is exactly x + tau
-        words = codec.bitmap_words(n)
-        tau_bits = int(codec._tau_bits(tau32))
+        words = update_header.bitmap_words(n)
+        tau_bits = int(codec.float32_bits(tau32))
         on = residual.device
         if count < words:
-            header = torch.tensor([count, n, tau_bits, codec.SPARSE], dtype=torch.int32, device=on)
+            header = torch.tensor([count, n, tau_bits, SPARSE], dtype=torch.int32, device=on)
             indices = where + 1
             body = torch.where(negative, -indices, indices).to(torch.int32)
             return torch.cat([header, body]), count
-        header = torch.tensor([n, n, tau_bits, codec.BITMAP], dtype=torch.int32, device=on)
+        header = torch.tensor([n, n, tau_bits, update_header.BITMAP], dtype=torch.int32, device=on)
         return torch.cat([header, _bitmap(hit, where, negative, words)]), count
 
 
@@ -130,12 +130,12 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     """Fully validate a torch message; return (form, n, tau, count). Reads the header on the host."""
     message = _message_tensor(message)
     length = int(message.shape[0])
-    codec.check_too_short(length)
+    update_header.check_too_short(length)
     header = message[:HEADER_WORDS].tolist()
     first, n, _, form = header
-    tau = codec.check_header(header, length)
+    tau = update_header.check_header(header, length)
     body = message[HEADER_WORDS:]
-    if form == codec.SPARSE:
+    if form == SPARSE:
         if first == 0:
             return form, n, tau, 0
         body = body.to(torch.int64)  # |int32 min| needs 64 bits
@@ -177,8 +177,8 @@ def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
         form, n, tau, count = _validate_device(message)
         body = _message_tensor(message)[HEADER_WORDS:]
     else:
-        array, info = codec._parse(message)
-        form, n, tau, count = codec.SPARSE if info.form == "sparse" else codec.BITMAP, info.n, info.tau, \
+        array, info = codec.parse_message(message)
+        form, n, tau, count = SPARSE if info.form == "sparse" else update_header.BITMAP, info.n, info.tau, \
             info.count
         body = array[HEADER_WORDS:]
     if n != target.shape[0]:
@@ -190,7 +190,7 @@ def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
     body = body.to(target.device, non_blocking=True)
     delta = torch.tensor(tau * scale, dtype=target.dtype, device=target.device)  # as numpy's dtype.type()
     with torch.no_grad():
-        if form == codec.SPARSE:
+        if form == SPARSE:
             indices = body.to(torch.int64)
             where = indices.abs() - 1
             negative = indices < 0
@@ -231,7 +231,7 @@ def decode_many(messages: list[Any], target: torch.Tensor, scale: float = 1.0) -
                 results.append(exc)
             continue
         try:
-            array, info = codec._parse(message)
+            array, info = codec.parse_message(message)
             if info.n != target.shape[0]:
                 raise MalformedMessageError(
                     f"message is for N={info.n} elements but the target has {target.shape[0]}")

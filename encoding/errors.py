@@ -36,3 +36,11 @@ class NonFiniteResidualError(EncodingError, ArithmeticError):
 
 class InvalidStateError(EncodingError, ValueError):
     """A serialized threshold algorithm or post-processor state cannot be restored or averaged."""
+
+
+__all__ = [
+    "EncodingError",
+    "InvalidStateError",
+    "MalformedMessageError",
+    "NonFiniteResidualError",
+]

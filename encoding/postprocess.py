@@ -85,3 +85,11 @@ def post_processor_from_state(state: Mapping[str, Any]) -> ResidualClipping | No
             raise InvalidStateError(f"cannot restore ResidualClipping from {dict(state)!r}: {exc}") from None
         return processor
     raise InvalidStateError(f"unknown residual post-processor state {state!r}")
+
+
+__all__ = [
+    "NoResidualPostProcessor",
+    "ResidualClipping",
+    "ResidualPostProcessor",
+    "post_processor_from_state",
+]

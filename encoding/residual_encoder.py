@@ -80,7 +80,7 @@ class ResidualEncoder:
 
     def _encode_on_device(self, update: Any) -> Any:
         import torch
-        from psrv.encoding import device
+        from psrv.encoding import device  # lazy: device.py needs torch, an optional dependency
 
         if not isinstance(update, torch.Tensor):
             update = torch.as_tensor(np.asarray(update))

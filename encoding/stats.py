@@ -54,3 +54,10 @@ def encoding_stats(residual: np.ndarray, threshold: float) -> EncodingStats:
         max_abs=float(magnitude.max()), percentiles=percentiles,
         percentiles_in_tau={p: v / tau for p, v in percentiles.items()},
     )
+
+
+__all__ = [
+    "PERCENTILES",
+    "EncodingStats",
+    "encoding_stats",
+]

@@ -176,3 +176,16 @@ def threshold_algorithm_from_state(state: Mapping[str, Any]) -> FixedThreshold |
         raise InvalidStateError(
             f"unknown threshold algorithm {state.get('type')!r}; known: {sorted(ALGORITHMS)}")
     return cls.from_state(state)
+
+
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_DECAY",
+    "MAX_THRESHOLD",
+    "MIN_THRESHOLD",
+    "AdaptiveThreshold",
+    "FixedThreshold",
+    "TargetSparsityThreshold",
+    "ThresholdAlgorithm",
+    "threshold_algorithm_from_state",
+]

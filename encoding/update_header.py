@@ -243,3 +243,31 @@ def check_payload_nbytes(nbytes: int) -> None:
     if nbytes == 0 or nbytes % 4:
         raise MalformedMessageError(f"update payload must be a non-empty int32 array, got {nbytes} bytes")
 
+
+__all__ = [
+    "BITMAP",
+    "ENCODINGS",
+    "FIELD_BOUNDS",
+    "FIELD_NAMES",
+    "FIELD_TYPES",
+    "FORM_NAMES",
+    "HEADER_WORDS",
+    "INT64_MAX",
+    "SPARSE",
+    "WORD_ELEMENTS",
+    "MalformedHeaderError",
+    "PayloadHeader",
+    "UpdateHeader",
+    "as_payload",
+    "bitmap_words",
+    "check_fields",
+    "check_header",
+    "check_payload_nbytes",
+    "check_row",
+    "check_too_short",
+    "fields_row",
+    "parse_fields",
+    "parse_row",
+    "payload_header",
+    "row_fields",
+]
