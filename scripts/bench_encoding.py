@@ -23,7 +23,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numba
 import numpy as np
+from psrv.encoding import decode, encode, message_info
+from psrv.encoding._numba_cache import apply_cache_dir_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +64,6 @@ def threshold_for(vector: np.ndarray, sparsity: float) -> float:
 
 def throughput_row(base: np.ndarray, sparsity: float, repeats: int, threads: int, ref) -> str:
     """One table row: encode and decode of `base` at `sparsity`, beside np.copyto and the NumPy reference."""
-    from psrv.encoding import decode, encode, message_info
-
     work = np.empty_like(base)
     gigabytes = base.nbytes / 1e9
 
@@ -102,8 +103,6 @@ def throughput_table(sizes: list[int], sparsities: list[float], repeats: int, th
 
 
 def decode_time(n: int, count: int, repeats: int, rng: np.random.Generator) -> tuple[str, float]:
-    from psrv.encoding import decode, encode, message_info
-
     vector = np.zeros(n, dtype=np.float32)
     vector[rng.choice(n, size=count, replace=False)] = rng.choice([-2.0, 2.0], size=count)
     message = encode(vector, 1.0)
@@ -187,10 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     counts_n = max(sizes)
     counts = [c for c in (100, 1_000, 10_000, 100_000, 1_000_000) if c < counts_n // 16]
 
-    import numba
-    from psrv.encoding._numba_cache import apply_cache_dir_from_env
-
     cache = apply_cache_dir_from_env() or "numba's default"
+
     print(f"# psrv.encoding benchmark: python {sys.version.split()[0]}, numpy {np.__version__}, numba "
           f"{numba.__version__}, {os.cpu_count()} CPUs, numba cache: {cache}")
     print(f"# command: {' '.join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])}")

@@ -24,6 +24,9 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode
+from psrv.nn import TorchNetwork
+from psrv.spark.task.device import DeviceSharing
 
 
 def timer(device) -> Callable[[Callable[[], object], int], float]:
@@ -53,7 +56,7 @@ def threshold_for(vector, sparsity: float) -> float:
 
 def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
     import torch
-    from psrv.encoding import device as codec
+    from psrv.encoding import device as codec  # lazy: needs torch; without it the script says "no GPU"
 
     measure = timer(device)
     rows = ["| N (floats) | copy GB/s | encode ms | encode GB/s | encode / copy | decode ms | decode / copy "
@@ -84,8 +87,7 @@ def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
 def batch_decode_table(device, n: int, batches: list[int], repeats: int) -> list[str]:
     """Decoding K received host messages into the device parameters: one by one vs decode_many."""
     import torch
-    from psrv.encoding import device as codec
-    from psrv.encoding import encode
+    from psrv.encoding import device as codec  # lazy: needs torch; without it the script says "no GPU"
 
     measure = timer(device)
     rng = np.random.default_rng(n)
@@ -148,10 +150,7 @@ def resnet18_like(num_classes: int = 10):
 
 def step_table(device, batch: int, repeats: int) -> list[str]:
     import torch
-    from psrv.encoding import AdaptiveThreshold, ResidualEncoder
-    from psrv.encoding import device as codec
-    from psrv.nn import TorchNetwork
-    from psrv.spark.task.device import DeviceSharing
+    from psrv.encoding import device as codec  # lazy: needs torch; without it the script says "no GPU"
 
     module, name = resnet18_like()
     network = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(3, 32, 32),

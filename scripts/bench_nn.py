@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from psrv.nn import Adam, Conv2D, Dense, MaxPool2D, Network, Output, TorchNetwork
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -40,8 +41,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _psrv_model(kind: str):
-    from psrv.nn import Adam, Conv2D, Dense, MaxPool2D, Network, Output
-
     if kind == "mlp":
         layers = [Dense(256), Dense(128), Output(10)]
         return Network(layers, input_shape=(784,), updater=Adam(1e-3), seed=0)
@@ -107,8 +106,6 @@ def bench(kind: str, batch: int, steps: int, repeats: int) -> dict[str, float]:
         loss = loss_fn(module(txs[i % 8]), tys[i % 8])
         loss.backward()
         optimizer.step()
-
-    from psrv.nn.torch_adapter import TorchNetwork
 
     adapter = TorchNetwork(_torch_module(kind), torch.nn.CrossEntropyLoss(),
                            input_shape=(784,) if kind == "mlp" else (1, 28, 28))

@@ -23,12 +23,27 @@ and on a synthetic set (--synthetic-rows x 100 features, generated in the tasks)
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
+import tempfile
 import time
+from unittest import mock
 
 import numpy as np
+from psrv.encoding import AdaptiveThreshold
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.spark import (
+    ParameterAveragingTrainingMaster,
+    SharedTrainingMaster,
+    SparkNetwork,
+    VoidConfiguration,
+    storage,
+)
+from psrv.spark.data import batch_and_export, parquet
+from psrv.spark.ml import NetworkEstimator
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -62,8 +77,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _data(seed: int = 42):
-    from psrv.nn.data import DataSet
+def digits_data(seed: int = 42):
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -72,15 +86,13 @@ def _data(seed: int = 42):
     return data.split(0.75, seed=seed)
 
 
-def _network(seed: int):
-    from psrv.nn import Adam, Dense, Network, Output
-
+def digits_network(seed: int):
     layers = [Dense(256, activation="relu"), Output(10)]
     return Network(layers, input_shape=(64,), updater=Adam(1e-2), seed=seed)
 
 
 def _single_process(args: argparse.Namespace, train, test, seed: int) -> dict:
-    network = _network(seed)
+    network = digits_network(seed)
     started = time.perf_counter()
     for epoch in range(1, args.max_epochs + 1):
         network.fit(train, epochs=1, batch_size=args.batch_size)
@@ -90,10 +102,7 @@ def _single_process(args: argparse.Namespace, train, test, seed: int) -> dict:
 
 
 def _gradient_sharing(args: argparse.Namespace, sc, workers: int, train, test, seed: int) -> dict:
-    from psrv.encoding import AdaptiveThreshold
-    from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
-
-    network = _network(seed)
+    network = digits_network(seed)
     master = SharedTrainingMaster(VoidConfiguration(unicast_port=0, mesh_build_mode=args.mesh),
                                   batch_size_per_worker=args.batch_size, num_workers=workers,
                                   threshold_algorithm=AdaptiveThreshold(3e-2),
@@ -118,7 +127,7 @@ def _gradient_sharing(args: argparse.Namespace, sc, workers: int, train, test, s
             "bytes_per_step": sent / max(1, steps), "dense_bytes": network.num_params * 4}
 
 
-def _session(master: str, workers: int):
+def spark_session(master: str, workers: int):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
@@ -153,8 +162,6 @@ def _synthetic_partition(rows_per_partition: int):
     linear map), as DataSets of 4096 rows."""
 
     def generate(index: int, _items):
-        from psrv.nn.data import DataSet
-
         weights = np.random.default_rng(7).normal(size=(_SYNTHETIC_FEATURES, _SYNTHETIC_CLASSES))
         rng = np.random.default_rng(1000 + index)
         left = rows_per_partition
@@ -173,7 +180,6 @@ def _write_parquet_partition(directory: str):
     def write(index: int, items):
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from psrv.spark import storage
 
         tables = []
         for data in items:
@@ -197,10 +203,6 @@ def _timed(fn) -> float:
 
 def _storage_case(sc, spark, name: str, rdd, features: int, batch: int, fits: int, workdir: str,
                   frequency: int = 10) -> list:
-    from psrv.nn import Adam, Dense, Network, Output
-    from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork
-    from psrv.spark.data import batch_and_export
-
     def net() -> SparkNetwork:
         network = Network([Dense(32, "relu"), Output(10)], input_shape=(features,), updater=Adam(1e-3),
                           seed=1)
@@ -246,13 +248,6 @@ def _estimator_case(spark, name: str, frame, features: int, batch: int, fits: in
     """NetworkEstimator.fit on the same data three ways: the Parquet DataFrame read from its files in the
     tasks, a non-Parquet DataFrame (a filter over it) through mapInArrow, and that DataFrame through
     Spark's rows (what every estimator fit did before the Arrow paths: the baseline)."""
-    from unittest import mock
-
-    from psrv.nn import Adam, Dense, Network, Output
-    from psrv.spark import ParameterAveragingTrainingMaster
-    from psrv.spark.data import parquet
-    from psrv.spark.ml import NetworkEstimator
-
     def estimator() -> NetworkEstimator:
         network = Network([Dense(32, "relu"), Output(10)], input_shape=(features,), updater=Adam(1e-3),
                           seed=1)
@@ -304,16 +299,14 @@ def _transform_case(name: str, model, frame) -> list:
 
 
 def _storage_main(args: argparse.Namespace) -> int:
-    import tempfile
-
     workers = args.storage_workers
-    session = _session(f"local-cluster[{workers},1,2048]", workers)
+    session = spark_session(f"local-cluster[{workers},1,2048]", workers)
     sc = session.sparkContext
     fits = 3 if args.quick else 4
     rows = []
     with tempfile.TemporaryDirectory(prefix="psrv-bench-storage-") as workdir:
         try:
-            train, _ = _data()
+            train, _ = digits_data()
             digits = sc.parallelize(list(train.batches(50)), workers).cache()
             digits.count()
             rows += _storage_case(sc, session, "digits", digits, 64, 16, fits, workdir)
@@ -337,13 +330,11 @@ def _storage_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import logging
-
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.storage:
         return _storage_main(args)
-    train, test = _data()
+    train, test = digits_data()
     worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
     print(f"digits: {train.num_examples} train / {test.num_examples} test; target test accuracy "
           f"{args.target}; batch {args.batch_size}; median of {args.runs} run(s)")
@@ -351,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("single process", _median(baseline, "seconds"), _median(baseline, "epochs"),
              all(r["reached"] for r in baseline), None, None)]
     for workers in worker_counts:
-        session = _session(args.master_template.format(w=workers), workers)
+        session = spark_session(args.master_template.format(w=workers), workers)
         try:
             # warm-up: numba kernels and Python workers on the executors
             _gradient_sharing(args, session.sparkContext, workers, train, test, 99)

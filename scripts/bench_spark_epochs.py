@@ -23,11 +23,15 @@ empty tasks is timed beside them: the floor under any design with one job per ep
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
+
+from bench_spark import digits_data, digits_network, spark_session
+from psrv.encoding import AdaptiveThreshold
+from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
 
 VARIANTS = {
     "separate": "N separate fit() calls",
@@ -66,16 +70,12 @@ def _first_step(stats: list[dict]) -> float:
 
 
 def _variant(sc, rdd, args: argparse.Namespace, seed: int, variant: str) -> dict:
-    from bench_spark import _network
-    from psrv.encoding import AdaptiveThreshold
-    from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
-
     master = SharedTrainingMaster(VoidConfiguration(unicast_port=0), batch_size_per_worker=16,
                                   num_workers=args.workers, threshold_algorithm=AdaptiveThreshold(3e-2),
                                   rdd_training_approach=args.approach, collect_training_stats=True,
                                   progress=False)
     master._controller_per_epoch = variant == "per-epoch"
-    spark_net = SparkNetwork(sc, _network(seed), master)
+    spark_net = SparkNetwork(sc, digits_network(seed), master)
     called = time.time()
     if variant == "separate":
         for _ in range(args.epochs):
@@ -139,15 +139,10 @@ def _torch_distributor(runs: int) -> list[float] | str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import logging
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_spark import _data, _session
-
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING)
-    train, _ = _data()
-    session = _session(f"local-cluster[{args.workers},1,1024]", args.workers)
+    train, _ = digits_data()
+    session = spark_session(f"local-cluster[{args.workers},1,1024]", args.workers)
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     try:
         sc = session.sparkContext
