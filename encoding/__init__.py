@@ -65,6 +65,7 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:  # also how ``from psrv.encoding import <submodule>`` finds submodules
         raise AttributeError(f"module 'psrv.encoding' has no attribute {name!r}")
+    # lazy: importing psrv.encoding (the transport does, for update_header) must not load numba
     value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value

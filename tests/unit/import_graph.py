@@ -29,8 +29,10 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: where an import statement stands: at module level, inside a function, or under ``if TYPE_CHECKING:``
-MODULE_LEVEL, FUNCTION_LEVEL, TYPE_CHECKING_ONLY = "module", "function", "type-checking"
+#: where an import statement stands: at module level, inside a function, or under ``if TYPE_CHECKING:``;
+#: DYNAMIC: a module named by a string in a module that imports by name (``importlib.import_module``)
+MODULE_LEVEL, FUNCTION_LEVEL, TYPE_CHECKING_ONLY, DYNAMIC = "module", "function", "type-checking", "dynamic"
+_IMPORT_BY_NAME = ("import_module", "__import__")
 
 
 @dataclass(frozen=True)
@@ -48,15 +50,12 @@ class Module:
     name: str
     path: Path
     is_package: bool
+    rel: str
 
     @property
     def package(self) -> str:
         """The package this module belongs to (a package's ``__init__`` belongs to the package itself)."""
         return self.name if self.is_package else self.name.rpartition(".")[0]
-
-    @property
-    def rel(self) -> str:
-        return self.path.relative_to(ROOT).as_posix()
 
 
 @dataclass(frozen=True)
@@ -108,11 +107,23 @@ def read_source(root: Path = ROOT) -> Source:
         for path in sorted(folder.glob("*.py")):
             is_package = path.stem == "__init__"
             name = package if is_package else f"{package}.{path.stem}"
-            modules[name] = Module(name, path, is_package)
+            modules[name] = Module(name, path, is_package, path.relative_to(root).as_posix())
     source = Source(mapping, modules)
     for module in modules.values():
         source.imports.extend(_imports_of(module, modules))
     return source
+
+
+def _imports_by_name(tree: ast.Module) -> list[int]:
+    """Lines that import a module by name at run time (``importlib.import_module(x)``, ``__import__(x)``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = getattr(func, "attr", None) or getattr(func, "id", "")
+            if name in _IMPORT_BY_NAME:
+                lines.append(node.lineno)
+    return lines
 
 
 def _lazy_lines(text: str) -> set[int]:
@@ -188,13 +199,27 @@ def _imports_of(module: Module, modules: dict[str, Module]) -> Iterator[Import]:
     tree = ast.parse(text, filename=str(module.path))
     lazy = _lazy_lines(text)
     lines = text.splitlines()
+
+    def commented(first: int, last: int) -> bool:
+        above = first - 1
+        return bool(set(range(first, last + 1)) & lazy) or (
+            above in lazy and lines[above - 1].lstrip().startswith("#"))
+
     for node, where in _statements(tree.body, MODULE_LEVEL):
-        span = set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        above = node.lineno - 1
-        commented = bool(span & lazy) or (above in lazy and lines[above - 1].lstrip().startswith("#"))
         snippet = lines[node.lineno - 1].strip()
+        marked = commented(node.lineno, node.end_lineno or node.lineno)
         for target in sorted(_targets(node, module, modules)):
-            yield Import(module, target, node.lineno, where, commented, snippet)
+            yield Import(module, target, node.lineno, where, marked, snippet)
+    # a module that imports by name reaches every psrv module it names in a string: an edge the
+    # import statements do not show (marked lazy where every such call says why)
+    calls = _imports_by_name(tree)
+    if calls:
+        marked = all(commented(line, line) for line in calls)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in modules \
+                    and node.value.startswith("psrv."):
+                text = lines[node.lineno - 1].strip() + f"  (imported by name at line {calls[0]})"
+                yield Import(module, node.value, node.lineno, DYNAMIC, marked, text)
 
 
 def strongly_connected(nodes: Iterable[str], edges: dict[str, set[str]]) -> list[list[str]]:
