@@ -254,6 +254,7 @@ def test_every_name_in_all_exists(name: str) -> None:
 
 _RESOLVE = """
 import importlib, importlib.util, json, sys
+from importlib import metadata
 packages, strays = json.loads(sys.argv[1])
 files = {name: importlib.import_module(name).__file__ for name in packages}
 found = {}
@@ -263,7 +264,12 @@ for name in strays:
     except (ImportError, ValueError):
         spec = None
     found[name] = spec.origin or str(list(spec.submodule_search_locations or [])) if spec else None
-print(json.dumps([files, found]))
+dist = metadata.distribution("psrv")
+names = (dist.read_text("top_level.txt") or "").split()
+for file in dist.files or ():
+    if file.name.startswith("__editable__") and file.name.endswith("_finder.py"):
+        names += list(importlib.import_module(file.stem).MAPPING)
+print(json.dumps([files, found, names]))
 """
 
 
@@ -294,7 +300,11 @@ def test_mapping_covers_every_folder_and_installs_only_psrv(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-I", "-c", _RESOLVE, json.dumps([sorted(mapped), strays])],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    files, found = json.loads(out.stdout)
+    files, found, installed = json.loads(out.stdout)
+    for name in sorted(set(installed)):
+        if name.split(".")[0] != "psrv":
+            violations.append(f"psrv installs the import name {name!r}; fix: map its folder "
+                              f"under psrv in pyproject.toml (packages and package-dir) and reinstall")
     for name, file in sorted(files.items()):
         expected = mapping.dirs[name] / "__init__.py"
         if file is None or not expected.samefile(file):
