@@ -17,13 +17,3 @@ def test_ruff_clean() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
-
-def test_only_psrv_installed_each_folder_mapped() -> None:
-    """The editable install maps the top-level package to top/ and each subpackage to its own folder."""
-    import psrv
-    import psrv.encoding
-    import psrv.server.cli
-
-    assert psrv.encoding.__name__ == "psrv.encoding"
-    assert Path(psrv.__file__).resolve().parent == ROOT / "top"
-    assert Path(psrv.server.cli.__file__).resolve().parent == ROOT / "server" / "cli"
