@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 import subprocess
 import sys
 from collections import deque
@@ -62,8 +63,14 @@ def _within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+def _in_file_order(text: str) -> list[str | int]:
+    """Sort key: file, then line as a number (``a.py:9`` before ``a.py:10``)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 def _report(rule: str, violations: list[str]) -> str:
-    return f"{len(violations)} violation(s) of {rule}:\n" + "\n".join(sorted(set(violations)))
+    listed = sorted(set(violations), key=_in_file_order)
+    return f"{len(listed)} violation(s) of {rule}:\n" + "\n".join(listed)
 
 
 def _graph(*, type_checking: bool) -> dict[str, set[str]]:
