@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from psrv.spark.data.batching import rebatch
 from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
     Record,
@@ -31,7 +32,6 @@ from psrv.spark.data.files import (
     list_local_paths,
     list_paths,
     read_exported,
-    rebatch,
     write_bytes,
 )
 from psrv.spark.data.records import (

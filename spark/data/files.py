@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
 from psrv.spark import storage
-from psrv.spark.data.batching import batches_of, check_batch_size
+from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.errors import ExportError, SparkInputError, StorageError
 
 if TYPE_CHECKING:
@@ -36,19 +36,8 @@ def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[A
 
 
 # --------------------------------------------------------------------------------------------------
-# minibatch files: rebatching, exporting, listing, reading back
+# minibatch files: exporting, listing, reading back
 # --------------------------------------------------------------------------------------------------
-def rebatch(items: Iterable[DataSet | MultiDataSet], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
-    """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
-    yield from batches_of((_data_item(item) for item in items), batch_size)
-
-
-def _data_item(item: Any) -> DataSet | MultiDataSet:
-    if not isinstance(item, DataSet | MultiDataSet):
-        raise SparkInputError(f"expected DataSet or MultiDataSet elements, got {type(item).__name__}")
-    return item
-
-
 def is_local_path(path: str) -> bool:
     """A plain path or a ``file:`` URI."""
     return storage.is_local(path)
@@ -90,7 +79,7 @@ class _PartitionExporter:
         storage.configure(self.options)
         parquet = self.file_format == "parquet"
         suffix = ".parquet" if parquet else DATA_FILE_SUFFIX
-        for number, batch in enumerate(rebatch(items, self.batch_size)):
+        for number, batch in enumerate(rebatch(items, self.batch_size, single_to_dataset=False)):
             path = _join(self.directory, _file_name(partition, number, suffix))
             if parquet:
                 from psrv.spark.data.parquet import dataset_to_parquet
@@ -154,7 +143,7 @@ def export_datasets(
     prefix: str = "batch",
 ) -> list[str]:
     """Single-machine export: each DataSet (re-batched to ``batch_size`` if given) to one file."""
-    items = rebatch(datasets, batch_size) if batch_size is not None else datasets
+    items = rebatch(datasets, batch_size, single_to_dataset=False) if batch_size is not None else datasets
     paths = []
     for number, batch in enumerate(items):
         if not isinstance(batch, DataSet | MultiDataSet):
