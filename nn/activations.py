@@ -132,3 +132,15 @@ def get_activation(spec: str | dict | Activation) -> Activation:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"bad options for activation {name!r}: {exc}") from exc
+
+
+__all__ = [
+    "Activation",
+    "Identity",
+    "LeakyRelu",
+    "Relu",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "get_activation",
+]

@@ -396,3 +396,17 @@ def layer_from_config(config: dict[str, Any]) -> Layer:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"bad options for layer {kind!r}: {exc}") from exc
+
+
+__all__ = [
+    "Conv2D",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "LAYER_TYPES",
+    "Layer",
+    "MaxPool2D",
+    "Output",
+    "Shape",
+    "layer_from_config",
+]

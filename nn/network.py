@@ -364,3 +364,10 @@ class Network(_inputs.TrainingCounters):
             f"Network(layers={len(self.layers)}, num_params={self.num_params},"
             f" input_shape={self.input_shape})"
         )
+
+
+__all__ = [
+    "CONFIG_FORMAT",
+    "CONFIG_VERSION",
+    "Network",
+]

@@ -157,3 +157,13 @@ def load_network(path: str | os.PathLike[str]) -> Any:
     except OSError as exc:
         raise ModelFileError(f"cannot read network file {path!r}: {exc}") from exc
     return network_from_bytes(data, source=path)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "load_network",
+    "network_from_bytes",
+    "network_to_bytes",
+    "save_network",
+]

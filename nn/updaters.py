@@ -286,3 +286,20 @@ def updater_from_config(config: dict[str, Any] | Updater) -> Updater:
         return UPDATER_TYPES[config["type"]](**kwargs)
     except TypeError as exc:
         raise ConfigError(f"bad options for updater {config['type']!r}: {exc}") from exc
+
+
+__all__ = [
+    "AdaGrad",
+    "Adam",
+    "ExponentialSchedule",
+    "FixedSchedule",
+    "Nesterov",
+    "RmsProp",
+    "Schedule",
+    "Sgd",
+    "StepSchedule",
+    "UPDATER_TYPES",
+    "Updater",
+    "schedule_from_config",
+    "updater_from_config",
+]

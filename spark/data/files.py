@@ -180,3 +180,17 @@ def _decode_file(item: tuple[str, bytes]) -> DataSet | MultiDataSet:
 def read_exported(spark_context: SparkContext, path: str, *, min_partitions: int | None = None) -> RDD:
     """An RDD of the DataSets/MultiDataSets in the minibatch files under ``path`` (any Hadoop URI)."""
     return spark_context.binaryFiles(path, min_partitions).map(_decode_file)
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "FILE_FORMATS",
+    "Record",
+    "batch_and_export",
+    "export_datasets",
+    "is_local_path",
+    "list_local_paths",
+    "list_paths",
+    "read_exported",
+    "write_bytes",
+]

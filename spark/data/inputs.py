@@ -118,3 +118,11 @@ def classes_of(network: Any) -> int | None:
     if outputs is None or outputs == 1:
         return None  # unknown, or a single sigmoid output that takes the 0/1 label as it is
     return int(outputs)
+
+
+__all__ = [
+    "ROWS_PER_DATASET",
+    "classes_of",
+    "dataframe_to_datasets",
+    "is_dataframe",
+]

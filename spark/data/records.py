@@ -478,3 +478,15 @@ def records_to_multidatasets(
                 grouped_local.setdefault(key, []).append(tagged)
     rows = [row for key in sorted(grouped_local, key=_sort_key) for row in joiner((key, grouped_local[key]))]
     return list(convert(rows))
+
+
+__all__ = [
+    "ColumnRange",
+    "MultiDataSetSpec",
+    "OneHotColumn",
+    "csv_to_records",
+    "parse_csv_line",
+    "read_csv",
+    "records_to_datasets",
+    "records_to_multidatasets",
+]

@@ -115,3 +115,9 @@ def sequences_to_datasets(
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
     convert = _SequencesToDataSets(spec, check_batch_size(batch_size))
     return _convert_partitions(sequences, convert)
+
+
+__all__ = [
+    "read_sequences",
+    "sequences_to_datasets",
+]
