@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
 from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, rebatch
+from psrv.spark.data.parquet import dataset_to_parquet, require_pyarrow
 from psrv.spark.errors import ExportError, SparkInputError, StorageError
 
 if TYPE_CHECKING:
@@ -41,14 +42,6 @@ def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[A
 def is_local_path(path: str) -> bool:
     """A plain path or a ``file:`` URI."""
     return storage.is_local(path)
-
-
-def _local(path: str) -> str:
-    return storage.local_path(path)
-
-
-def _join(directory: str, name: str) -> str:
-    return storage.join(directory, name)
 
 
 def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = None) -> None:
@@ -80,10 +73,8 @@ class _PartitionExporter:
         parquet = self.file_format == "parquet"
         suffix = ".parquet" if parquet else DATA_FILE_SUFFIX
         for number, batch in enumerate(rebatch(items, self.batch_size, single_to_dataset=False)):
-            path = _join(self.directory, _file_name(partition, number, suffix))
+            path = storage.join(self.directory, _file_name(partition, number, suffix))
             if parquet:
-                from psrv.spark.data.parquet import dataset_to_parquet
-
                 blob = dataset_to_parquet(batch if isinstance(batch, DataSet) else batch.to_dataset())
             else:
                 blob = batch.to_bytes()
@@ -92,11 +83,6 @@ class _PartitionExporter:
                 yield path, None
             else:
                 yield path, blob
-
-
-def _absolute(directory: str) -> str:
-    """Executors run in other working directories: ship absolute local paths."""
-    return storage.absolute(directory)
 
 
 FILE_FORMATS = ("psds", "parquet")
@@ -116,10 +102,8 @@ def batch_and_export(
     if file_format not in FILE_FORMATS:
         raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
     if file_format == "parquet":
-        from psrv.spark.data.parquet import _pyarrow
-
-        _pyarrow()  # a missing pyarrow fails here, on the driver
-    directory = _absolute(path)
+        require_pyarrow()  # a missing pyarrow fails here, on the driver
+    directory = storage.absolute(path)
     if not through_driver:
         storage.check_task_access(directory, "batch_and_export: path")
     options = storage.use_hadoop_configuration(rdd.context)
@@ -148,7 +132,7 @@ def export_datasets(
     for number, batch in enumerate(items):
         if not isinstance(batch, DataSet | MultiDataSet):
             raise SparkInputError(f"expected DataSet or MultiDataSet items, got {type(batch).__name__}")
-        file_path = _join(directory, f"{prefix}-{number:06d}{DATA_FILE_SUFFIX}")
+        file_path = storage.join(directory, f"{prefix}-{number:06d}{DATA_FILE_SUFFIX}")
         write_bytes(file_path, batch.to_bytes())
         paths.append(file_path)
     return paths

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet, MultiDataSet
+from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, chunked
 from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
@@ -95,8 +96,6 @@ def read_csv(
     """
     if spark_context is not None:
         return csv_to_records(spark_context.textFile(path, min_partitions), **options)
-    from psrv.spark import storage
-
     files = list_local_paths(path) if storage.is_dir(path) else [path]
     lines: list[str] = []
     for name in files:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
+from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, chunked
 from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
 from psrv.spark.data.records import _LabelSpec, parse_csv_line
@@ -48,8 +49,6 @@ def read_sequences(
     out = []
     for path in list_local_paths(directory):
         try:
-            from psrv.spark import storage
-
             out.append(parser((path, storage.read_bytes(path).decode("utf-8"))))
         except (OSError, UnicodeDecodeError) as exc:
             raise SparkInputError(f"cannot read sequence file {path!r}: {exc}") from exc
