@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 from psrv.nn.data_common import (
@@ -76,8 +76,36 @@ def read_data_file(path: str | os.PathLike[str]) -> DataSet | MultiDataSet:
 # --------------------------------------------------------------------------------------------------
 # DataSet
 # --------------------------------------------------------------------------------------------------
-class DataSet(ExampleRows):
+class _StoredBatch(ExampleRows):
+    """The file form both minibatch kinds share (psrv.nn.data_file): each names its ``_FILE_KIND``,
+    lists its arrays (``_named_arrays``) and reads itself back (``from_bytes``)."""
+
+    __slots__ = ()
+    _FILE_KIND = ""
+
+    def _named_arrays(self) -> list[tuple[str, np.ndarray]]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_bytes(cls, blob: bytes | bytearray | memoryview, source: str = "<bytes>") -> Self:
+        raise NotImplementedError
+
+    def to_bytes(self) -> bytes:
+        return encode_arrays(self._FILE_KIND, self._named_arrays())
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this minibatch to one file (atomically: readers never see half a file)."""
+        write_file_bytes(path, self.to_bytes())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Self:
+        return cls.from_bytes(read_file_bytes(path), os.fspath(path))
+
+
+class DataSet(_StoredBatch):
     """One input array and one label array (with optional masks): DL4J's DataSet."""
+
+    _FILE_KIND = "DataSet"
 
     __slots__ = ("features", "labels", "features_mask", "labels_mask")
 
@@ -197,21 +225,10 @@ class DataSet(ExampleRows):
             arrays.append(("labels_mask", self.labels_mask))
         return arrays
 
-    def to_bytes(self) -> bytes:
-        return encode_arrays("DataSet", self._named_arrays())
-
     @classmethod
     def from_bytes(cls, blob: bytes | bytearray | memoryview, source: str = "<bytes>") -> DataSet:
         data = read_data_bytes(blob, source)
         return _as_dataset(data, source)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write this minibatch to one file (atomically: readers never see half a file)."""
-        write_file_bytes(path, self.to_bytes())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> DataSet:
-        return cls.from_bytes(read_file_bytes(path), os.fspath(path))
 
     @classmethod
     def _from_arrays(cls, arrays: dict[str, np.ndarray], source: str) -> DataSet:
@@ -248,8 +265,10 @@ def _mask_list(
     return [check_mask(m, n, d, f"{what}[{i}]") for i, (m, d) in enumerate(zip(masks, datas, strict=True))]
 
 
-class MultiDataSet(ExampleRows):
+class MultiDataSet(_StoredBatch):
     """Several input arrays and several label arrays (with optional masks): DL4J's MultiDataSet."""
+
+    _FILE_KIND = "MultiDataSet"
 
     __slots__ = ("features", "labels", "features_masks", "labels_masks")
 
@@ -362,20 +381,10 @@ class MultiDataSet(ExampleRows):
         arrays.append(("layout", np.array([len(self.features), len(self.labels)], dtype=np.int64)))
         return arrays
 
-    def to_bytes(self) -> bytes:
-        return encode_arrays("MultiDataSet", self._named_arrays())
-
     @classmethod
     def from_bytes(cls, blob: bytes | bytearray | memoryview, source: str = "<bytes>") -> MultiDataSet:
         data = read_data_bytes(blob, source)
         return data.to_multi() if isinstance(data, DataSet) else data
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        write_file_bytes(path, self.to_bytes())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> MultiDataSet:
-        return cls.from_bytes(read_file_bytes(path), os.fspath(path))
 
     @classmethod
     def _from_arrays(cls, arrays: dict[str, np.ndarray], source: str) -> MultiDataSet:
