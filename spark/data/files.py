@@ -25,25 +25,21 @@ Record = list[Any]  # one value per CSV column: float for numbers, str otherwise
 DEFAULT_BATCH_SIZE = 32
 
 
-def _is_rdd(value: Any) -> bool:
+def is_rdd(value: Any) -> bool:
+    """Whether ``value`` is a Spark RDD (the pipelines also take plain iterables)."""
     from pyspark import RDD
 
     return isinstance(value, RDD)
 
 
-def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[Any]], Iterator[Any]]) -> Any:
+def convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[Any]], Iterator[Any]]) -> Any:
     """``convert`` applied per partition of an RDD (lazily), or to a local iterable (into a list)."""
-    return data.mapPartitions(convert) if _is_rdd(data) else list(convert(data))
+    return data.mapPartitions(convert) if is_rdd(data) else list(convert(data))
 
 
 # --------------------------------------------------------------------------------------------------
 # minibatch files: exporting, listing, reading back
 # --------------------------------------------------------------------------------------------------
-def is_local_path(path: str) -> bool:
-    """A plain path or a ``file:`` URI."""
-    return storage.is_local(path)
-
-
 def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = None) -> None:
     """Write one file atomically through the storage layer (``spark_context`` is no longer needed:
     kept for callers that pass it)."""
@@ -168,11 +164,12 @@ def read_exported(spark_context: SparkContext, path: str, *, min_partitions: int
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "convert_partitions",
+    "is_rdd",
     "FILE_FORMATS",
     "Record",
     "batch_and_export",
     "export_datasets",
-    "is_local_path",
     "list_local_paths",
     "list_paths",
     "read_exported",

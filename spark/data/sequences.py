@@ -11,7 +11,7 @@ import numpy as np
 from psrv.nn.data import DataSet
 from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, chunked
-from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
+from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, convert_partitions, list_local_paths
 from psrv.spark.data.records import _LabelSpec, parse_csv_line
 from psrv.spark.errors import SparkInputError
 
@@ -113,7 +113,7 @@ def sequences_to_datasets(
     """
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
     convert = _SequencesToDataSets(spec, check_batch_size(batch_size))
-    return _convert_partitions(sequences, convert)
+    return convert_partitions(sequences, convert)
 
 
 __all__ = [
