@@ -43,7 +43,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def _listing_order(command: EntryPoint) -> tuple[int, str]:
+    if command.name in _SERVER_COMMANDS:
+        return _SERVER_COMMANDS.index(command.name), ""
+    return len(_SERVER_COMMANDS), command.name
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `psrv` parser with every declared command (loading a command imports only its module)."""
     parser = argparse.ArgumentParser(
         prog="psrv",
         description="psrv: gradient-sharing training on Spark over a ZeroMQ mesh.",
@@ -55,13 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = entry_points(group=COMMAND_GROUP)
     if not commands:
         parser.error(f"no {COMMAND_GROUP!r} entry points: psrv is not installed (pip install -e .)")
-    def order(command: EntryPoint) -> tuple[int, str]:
-        name = command.name
-        if name in _SERVER_COMMANDS:
-            return _SERVER_COMMANDS.index(name), ""
-        return len(_SERVER_COMMANDS), name
-
-    for command in sorted(commands, key=order):
+    for command in sorted(commands, key=_listing_order):
         command.load()(subparsers)
     for sub in subparsers.choices.values():  # one help style for every subcommand, whoever wrote it
         sub.formatter_class = HelpFormatter
