@@ -14,11 +14,12 @@ from psrv.nn.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
-from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
+from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass, evaluation_from_json
 from psrv.nn.layers import Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, Output
 from psrv.nn.network import Network
 from psrv.nn.normalizers import ImageScaler, MinMax, Standardize, normalizer_from_state
 from psrv.nn.torch_adapter import TorchNetwork
+from psrv.nn.torch_io import PerOutput
 from psrv.nn.updaters import (
     AdaGrad,
     Adam,
@@ -44,6 +45,8 @@ __all__ = [
     "Standardize",
     "TorchNetwork",
     "normalizer_from_state",
+    "evaluation_from_json",
+    "PerOutput",
     "AdaGrad",
     "Adam",
     "ConfigError",

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 from psrv.nn.errors import ConfigError
+from psrv.nn.named import build_named
 
 
 class Activation:
@@ -125,10 +126,16 @@ def get_activation(spec: str | dict | Activation) -> Activation:
         name = kwargs.pop("name")
     else:
         raise ConfigError(f"activation must be a name or a dict with 'name', got {spec!r}")
-    cls = _ACTIVATIONS.get(str(name).lower())
-    if cls is None:
-        raise ConfigError(f"unknown activation {name!r}; expected one of {sorted(set(_ACTIVATIONS))}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"bad options for activation {name!r}: {exc}") from exc
+    return build_named(_ACTIVATIONS, str(name).lower(), kwargs, "activation")
+
+
+__all__ = [
+    "Activation",
+    "Identity",
+    "LeakyRelu",
+    "Relu",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "get_activation",
+]

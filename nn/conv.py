@@ -55,3 +55,11 @@ def col2im(
     if pad:
         out = out[:, :, pad : pad + h, pad : pad + w]
     return out.transpose(1, 0, 2, 3)  # (N, C, H, W) view
+
+
+__all__ = [
+    "col2im",
+    "im2col",
+    "output_size",
+    "windows",
+]

@@ -9,6 +9,22 @@ import numpy as np
 from psrv.nn.errors import DataError
 
 #: bool, signed, unsigned, float: never object arrays (from a caller or from a file)
+__all__ = [
+    "NUMERIC_KINDS",
+    "ExampleRows",
+    "as_array",
+    "as_generator",
+    "check_batch_size",
+    "check_count",
+    "check_mask",
+    "merge_slot",
+    "one_hot",
+    "same_arrays",
+    "split_count",
+    "split_order",
+    "take",
+]
+
 NUMERIC_KINDS = "biuf"
 
 
@@ -125,9 +141,12 @@ def same_arrays(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
 
 
-def check_batch_size(batch_size: int) -> None:
+def check_batch_size(batch_size: object, what: str = "batch_size") -> int:
+    """``batch_size`` (or another count named ``what``) as a positive int; the one check of psrv's batch
+    sizes (psrv.spark re-raises it as its configuration error)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise DataError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        raise DataError(f"{what}: expected a positive integer, got {batch_size!r}")
+    return int(batch_size)
 
 
 def split_count(fraction_train: float, n: int) -> int:

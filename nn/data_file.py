@@ -134,3 +134,14 @@ def read_file_bytes(path: str | os.PathLike[str]) -> bytes:
         return read_whole(path)
     except OSError as exc:
         raise DataFileError(f"{os.fspath(path)}: cannot read data file ({exc})") from exc
+
+
+__all__ = [
+    "DATA_FILE_MAGIC",
+    "DATA_FILE_SUFFIX",
+    "DATA_FILE_VERSION",
+    "decode_arrays",
+    "encode_arrays",
+    "read_file_bytes",
+    "write_file_bytes",
+]

@@ -52,3 +52,19 @@ class TruncatedFileError(ModelFileError):
 
 class UnsupportedVersionError(ModelFileError):
     """The file was written by a newer (or unknown) version of the format."""
+
+
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DataFileError",
+    "EvaluationError",
+    "ForeignFileError",
+    "InvalidInputError",
+    "ModelFileError",
+    "NNError",
+    "NonFiniteLossError",
+    "NormalizerError",
+    "TruncatedFileError",
+    "UnsupportedVersionError",
+]

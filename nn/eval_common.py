@@ -118,3 +118,17 @@ def class_indices(values: np.ndarray, num_classes: int, what: str) -> np.ndarray
         )
     return indices
 
+
+__all__ = [
+    "VERSION",
+    "as_array",
+    "batch_arrays",
+    "check_rows",
+    "class_indices",
+    "flatten_time",
+    "fmt",
+    "load_json",
+    "parse_json",
+    "row_mask",
+    "safe_div",
+]

@@ -34,3 +34,10 @@ def check_scheme(scheme: str) -> str:
     if str(scheme).lower() not in WEIGHT_INITS:
         raise ConfigError(f"unknown weight_init {scheme!r}; expected one of {list(WEIGHT_INITS)}")
     return str(scheme).lower()
+
+
+__all__ = [
+    "WEIGHT_INITS",
+    "check_scheme",
+    "init_weights",
+]

@@ -15,6 +15,7 @@ from psrv.nn.activations import Activation, get_activation
 from psrv.nn.errors import ConfigError
 from psrv.nn.init import check_scheme, init_weights
 from psrv.nn.losses import Loss, default_loss_for, get_loss
+from psrv.nn.named import build_named
 
 Shape = tuple[int, ...]
 
@@ -389,10 +390,18 @@ def layer_from_config(config: dict[str, Any]) -> Layer:
         raise ConfigError(f"a layer configuration is a dict with a 'type', got {config!r}")
     kwargs = dict(config)
     kind = kwargs.pop("type")
-    cls = LAYER_TYPES.get(kind)
-    if cls is None:
-        raise ConfigError(f"unknown layer type {kind!r}; expected one of {sorted(LAYER_TYPES)}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"bad options for layer {kind!r}: {exc}") from exc
+    return build_named(LAYER_TYPES, kind, kwargs, "layer type")
+
+
+__all__ = [
+    "Conv2D",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "LAYER_TYPES",
+    "Layer",
+    "MaxPool2D",
+    "Output",
+    "Shape",
+    "layer_from_config",
+]

@@ -113,3 +113,13 @@ def get_loss(name: str, activation: Activation) -> Loss:
             f"loss {cls.name!r} needs activation {cls.requires_activation!r}, got {activation.name!r}"
         )
     return cls()
+
+
+__all__ = [
+    "BinaryXent",
+    "Loss",
+    "McXent",
+    "Mse",
+    "default_loss_for",
+    "get_loss",
+]

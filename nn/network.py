@@ -22,6 +22,13 @@ from psrv.nn.errors import ConfigError, InvalidInputError, NonFiniteLossError
 from psrv.nn.eval_classification import Evaluation
 from psrv.nn.eval_regression import RegressionEvaluation
 from psrv.nn.layers import Dropout, Layer, Output, layer_from_config
+from psrv.nn.serialization import (
+    load_network,
+    network_from_bytes,
+    network_to_bytes,
+    register_network_type,
+    save_network,
+)
 from psrv.nn.updaters import Adam, Updater, updater_from_config
 
 CONFIG_FORMAT = "psrv.nn.Network"
@@ -326,25 +333,17 @@ class Network(_inputs.TrainingCounters):
 
     def save(self, path: Any) -> None:
         """One versioned file: configuration, parameters, updater state, counters, normalizer."""
-        from psrv.nn.serialization import save_network
-
         save_network(self, path)
 
     @classmethod
     def load(cls, path: Any) -> Network:
-        from psrv.nn.serialization import load_network
-
         return load_network(path)
 
     def to_bytes(self) -> bytes:
-        from psrv.nn.serialization import network_to_bytes
-
         return network_to_bytes(self)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> Network:
-        from psrv.nn.serialization import network_from_bytes
-
         return network_from_bytes(data)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
@@ -364,3 +363,13 @@ class Network(_inputs.TrainingCounters):
             f"Network(layers={len(self.layers)}, num_params={self.num_params},"
             f" input_shape={self.input_shape})"
         )
+
+
+register_network_type(CONFIG_FORMAT, Network.from_config)
+
+
+__all__ = [
+    "CONFIG_FORMAT",
+    "CONFIG_VERSION",
+    "Network",
+]

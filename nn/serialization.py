@@ -11,6 +11,10 @@ Layout (little endian):
 
 A file that is not ours (wrong magic), newer than this code, cut short, or whose checksums do not
 match raises a ModelFileError subclass naming what was expected and what was found.
+
+This module knows the file, not the network class: ``psrv.nn.network`` registers how to build a
+network from its stored configuration (:func:`register_network_type`), so that the network's own
+``save``/``load`` can use this module without the two importing each other.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,6 +42,12 @@ FORMAT_VERSION = 1
 _PREFIX = struct.Struct("<8sIQ")
 _CRC = struct.Struct("<I")
 _NDARRAY_TAG = "__ndarray__"
+_network_types: dict[str, Callable[[dict[str, Any]], Any]] = {}
+
+
+def register_network_type(config_format: str, from_config: Callable[[dict[str, Any]], Any]) -> None:
+    """How to rebuild a network whose stored configuration says ``"format": config_format``."""
+    _network_types[config_format] = from_config
 
 
 def _encode_state(value: Any) -> Any:
@@ -83,8 +94,6 @@ def network_to_bytes(net: Any) -> bytes:
 
 
 def network_from_bytes(data: bytes | bytearray | memoryview, source: str = "buffer") -> Any:
-    from psrv.nn.network import Network
-
     buf = memoryview(data).cast("B")
     if len(buf) < len(MAGIC) or bytes(buf[: len(MAGIC)]) != MAGIC:
         got = bytes(buf[: len(MAGIC)])
@@ -130,8 +139,13 @@ def network_from_bytes(data: bytes | bytearray | memoryview, source: str = "buff
             raise TruncatedFileError(f"{source}: corrupt: checksum mismatch in array {entry['name']!r}")
         arrays[entry["name"]] = np.frombuffer(chunk, dtype=dtype)
         pos += nbytes
+    config = header.get("config")
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt not in _network_types:
+        raise ModelFileError(f"{source}: the stored configuration is invalid: not a network configuration "
+                             f"psrv knows (format {fmt!r}; known: {sorted(_network_types)})")
     try:
-        net = Network.from_config(header["config"])
+        net = _network_types[fmt](config)
     except ConfigError as exc:
         raise ModelFileError(f"{source}: the stored configuration is invalid: {exc}") from exc
     try:
@@ -157,3 +171,14 @@ def load_network(path: str | os.PathLike[str]) -> Any:
     except OSError as exc:
         raise ModelFileError(f"cannot read network file {path!r}: {exc}") from exc
     return network_from_bytes(data, source=path)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "load_network",
+    "network_from_bytes",
+    "network_to_bytes",
+    "register_network_type",
+    "save_network",
+]

@@ -27,7 +27,6 @@ of DESIGN.md, "How an update travels"). Only ``set_params``, ``apply_update`` an
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -39,21 +38,12 @@ from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
 from psrv.nn.eval_classification import Evaluation
 from psrv.nn.normalizers import normalizer_from_state
-from psrv.nn.torch_device import _place, _saved_device, resolve_device
+from psrv.nn.torch_device import import_torch, place_module, resolve_device, saved_device
+from psrv.nn.torch_file import FORMAT, FORMAT_VERSION, dump_payload, load_payload
+from psrv.nn.torch_flat import bind_flat_buffers, steer_to_step_buffer
 from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes
 
 log = logging.getLogger(__name__)
-
-FORMAT = "psrv.nn.TorchNetwork"
-FORMAT_VERSION = 1
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ConfigError("TorchNetwork needs PyTorch: pip install 'psrv[torch]'") from exc
-    return torch
 
 
 class TorchNetwork(_inputs.TrainingCounters):
@@ -86,14 +76,14 @@ class TorchNetwork(_inputs.TrainingCounters):
         seed: int | None = None,
         device: Any = None,
     ) -> None:
-        torch = _torch()
+        torch = import_torch()
         if seed is not None:
             torch.manual_seed(int(seed))
         self.seed = int(seed) if seed is not None else 0  # shuffling in fit and in the Spark pipelines
         shapes, multi_input = input_shapes(input_shape)
         # one input: a tuple of ints, as always; several: a tuple of such shapes (saved as given)
         self.input_shape: tuple[Any, ...] = shapes if multi_input else shapes[0]
-        self.device, torch_dtype = _place(module, device)
+        self.device, torch_dtype = place_module(module, device)
         self.module = module
         self.loss_fn = loss
         self.output_activation = output_activation
@@ -115,7 +105,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             raise ConfigError(
                 f"optimizer must be a torch Optimizer or a factory, got {type(optimizer).__name__}"
             )
-        self.optimizer = self._steer_to_step_buffer(built)
+        self.optimizer = steer_to_step_buffer(built, self._buffers)
         with torch.no_grad():
             was_training = module.training
             module.eval()
@@ -130,57 +120,11 @@ class TorchNetwork(_inputs.TrainingCounters):
         self.last_loss: float | None = None
 
     def _bind_flat_buffers(self) -> None:
-        torch = _torch()
-        self._param_list = [p for p in self.module.parameters() if p.requires_grad]
-        total = sum(p.numel() for p in self._param_list)
-        self._flat = torch.zeros(total, dtype=self._torch_dtype, device=self.device)
-        self._flat_grad = torch.zeros(total, dtype=self._torch_dtype, device=self.device)
-        offset = 0
-        self._grad_ptrs = []
-        with torch.no_grad():
-            for p in self._param_list:
-                n = p.numel()
-                self._flat[offset : offset + n].copy_(p.detach().reshape(-1))
-                p.data = self._flat[offset : offset + n].view_as(p)
-                p.grad = self._flat_grad[offset : offset + n].view_as(p)
-                self._grad_ptrs.append(p.grad.data_ptr())
-                offset += n
-        self._params_np = self._flat.numpy() if self.on_host else None
-        # the optimizer's own copy of the parameters: it steps these, never the live ones, and reads the
-        # same gradient memory (each step parameter's .grad is the live parameter's gradient view)
-        self._step_flat = self._flat.clone()
-        self._step_params = []
-        offset = 0
-        for p in self._param_list:
-            n = p.numel()
-            shadow = torch.nn.Parameter(self._step_flat[offset : offset + n].view_as(p))
-            shadow.grad = p.grad
-            self._step_params.append(shadow)
-            offset += n
-
-    def _steer_to_step_buffer(self, optimizer: Any) -> Any:
-        """Point an optimizer built on the module's parameters at the step buffer instead (a factory
-        that ignored its argument, or an Optimizer instance), carrying any state it already has."""
-        to_step = {id(p): s for p, s in zip(self._param_list, self._step_params, strict=True)}
-        owned = {id(s) for s in self._step_params}
-        for group in optimizer.param_groups:
-            steered = []
-            for p in group["params"]:
-                if id(p) in owned:
-                    steered.append(p)
-                elif id(p) in to_step:
-                    shadow = to_step[id(p)]
-                    if p in optimizer.state:
-                        optimizer.state[shadow] = optimizer.state.pop(p)
-                    steered.append(shadow)
-                else:
-                    raise ConfigError(
-                        "optimizer: expected it to hold only the module's trainable parameters, got a "
-                        f"tensor of shape {tuple(p.shape)} that is not one of them; build it with a "
-                        "factory, optimizer=lambda params: torch.optim.Adam(params, lr=1e-3)"
-                    )
-            group["params"] = steered
-        return optimizer
+        buffers = bind_flat_buffers(self.module, self._torch_dtype, self.device)
+        self._buffers = buffers
+        self._param_list, self._flat, self._flat_grad = buffers.params, buffers.flat, buffers.flat_grad
+        self._grad_ptrs, self._params_np = buffers.grad_ptrs, buffers.host_view
+        self._step_flat, self._step_params = buffers.step_flat, buffers.step_params
 
     # --- the flat vectors -------------------------------------------------------------------------
 
@@ -211,7 +155,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         return self._flat_grad.cpu().numpy() if not self.on_host else self._flat_grad.numpy()
 
     def _on_device(self, vec: Any, what: str) -> Any:
-        torch = _torch()
+        torch = import_torch()
         tensor = vec if isinstance(vec, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(vec))
         if tuple(tensor.shape) != (self.num_params,):
             raise InvalidInputError(
@@ -224,14 +168,14 @@ class TorchNetwork(_inputs.TrainingCounters):
         if self._params_np is not None and not _is_tensor(params):
             self._params_np[...] = _flat(params, self.num_params, "params")
             return
-        with _torch().no_grad():
+        with import_torch().no_grad():
             self._flat.copy_(self._on_device(params, "params"))
 
     def apply_update(self, update: Any) -> None:
         if self._params_np is not None and not _is_tensor(update):
             self._params_np += _flat(update, self.num_params, "update")
             return
-        with _torch().no_grad():
+        with import_torch().no_grad():
             self._flat.add_(self._on_device(update, "update"))
 
     # --- buffers (BatchNorm statistics, counters): state that is not a parameter ------------------------
@@ -243,7 +187,7 @@ class TorchNetwork(_inputs.TrainingCounters):
     def set_buffers(self, buffers: Mapping[str, Any]) -> None:
         """Overwrite the module's buffers by name (the names must be exactly the module's). Values are
         cast to each buffer's dtype; integer counters are rounded (an average of counters may not be)."""
-        torch = _torch()
+        torch = import_torch()
         own = dict(self.module.named_buffers())
         if set(buffers) != set(own):
             raise InvalidInputError(f"buffers: expected the names {sorted(own)}, got {sorted(buffers)}")
@@ -270,7 +214,7 @@ class TorchNetwork(_inputs.TrainingCounters):
     def updater_state(self) -> np.ndarray:
         """The optimizer state flattened (per parameter, keys sorted): a COPY, empty before the first
         step. Step counters are included, so set_updater_state restores Adam's bias correction too."""
-        torch = _torch()
+        torch = import_torch()
         parts = []
         for _, _, value in self._state_slots():
             if isinstance(value, torch.Tensor):
@@ -280,7 +224,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
     def set_updater_state(self, state: np.ndarray) -> None:
-        torch = _torch()
+        torch = import_torch()
         vec = np.asarray(state, dtype=np.float32).reshape(-1)
         if vec.size and not self.optimizer.state:
             self._initialize_optimizer_state()
@@ -333,7 +277,7 @@ class TorchNetwork(_inputs.TrainingCounters):
 
     def _tensor(self, array: np.ndarray) -> Any:
         """A host batch as a tensor on the network's device (the only per-step host-to-device copy)."""
-        tensor = _torch().from_numpy(array)
+        tensor = import_torch().from_numpy(array)
         return tensor if self.on_host else tensor.to(self.device, non_blocking=False)
 
     def _restore_grad_views(self) -> None:
@@ -379,7 +323,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         the node's I/O thread may be changing: the step is then taken from a slightly older point, as
         in any asynchronous SGD, but every update decoded meanwhile stays in ``params``).
         """
-        torch = _torch()
+        torch = import_torch()
         x, y, m = self._prepare(features, labels, mask)
         loss = self._gradient(x, y, m)
         with torch.no_grad():
@@ -398,7 +342,7 @@ class TorchNetwork(_inputs.TrainingCounters):
     # --- inference --------------------------------------------------------------------------------
 
     def _raw_output(self, xs: list[np.ndarray]) -> Any:
-        torch = _torch()
+        torch = import_torch()
         self.module.eval()
         try:
             with torch.no_grad():
@@ -470,10 +414,7 @@ class TorchNetwork(_inputs.TrainingCounters):
     def to_bytes(self, pickle_module: Any = None) -> bytes:
         """The file form. ``pickle_module`` (e.g. cloudpickle) lets code defined in ``__main__`` or a
         notebook travel by value (what psrv.spark does to ship a network to its executors)."""
-        torch = _torch()
         payload = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
             "module": self.module,
             "loss": self.loss_fn,
             "optimizer_class": type(self.optimizer),
@@ -487,12 +428,7 @@ class TorchNetwork(_inputs.TrainingCounters):
             "device": str(self.device),
             "normalizer": self.normalizer.get_state() if self.normalizer is not None else None,
         }
-        buffer = io.BytesIO()
-        if pickle_module is None:
-            torch.save(payload, buffer)
-        else:
-            torch.save(payload, buffer, pickle_module=pickle_module, pickle_protocol=4)
-        return buffer.getvalue()
+        return dump_payload(payload, pickle_module)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, source: str = "buffer",
@@ -502,21 +438,13 @@ class TorchNetwork(_inputs.TrainingCounters):
         ``device`` as in the constructor; None restores the device it was saved from when that exists
         here, else the CPU (logged), so a file saved on a GPU host loads on a CPU-only one.
         """
-        torch = _torch()
-        try:
-            payload = torch.load(io.BytesIO(bytes(data)), weights_only=False, map_location="cpu")
-        except Exception as exc:
-            raise ModelFileError(f"{source}: not a readable TorchNetwork file: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise ModelFileError(f"{source}: not a TorchNetwork file (expected format {FORMAT!r})")
-        if payload.get("format_version", 0) > FORMAT_VERSION:
-            raise ModelFileError(f"{source}: TorchNetwork format {payload['format_version']} is too new")
+        payload = load_payload(data, source)
         optimizer_class, defaults = payload["optimizer_class"], payload["optimizer_defaults"]
         net = cls(
             payload["module"], payload["loss"], payload["input_shape"],
             optimizer=lambda ps: optimizer_class(ps, **defaults),
             output_activation=payload["output_activation"], targets=payload["targets"],
-            device=device if device is not None else _saved_device(payload.get("device", "cpu"), source),
+            device=device if device is not None else saved_device(payload.get("device", "cpu"), source),
         )
         net.optimizer.load_state_dict(payload["optimizer_state"])
         net._iteration, net._epoch = payload["iteration"], payload["epoch"]

@@ -12,7 +12,8 @@ from psrv.nn.errors import ConfigError
 log = logging.getLogger("psrv.nn.torch_adapter")
 
 
-def _torch():
+def import_torch() -> Any:
+    """torch, or a ConfigError saying how to install it."""
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -24,7 +25,7 @@ def resolve_device(spec: Any) -> Any:
     """A torch.device for "cpu", "cuda", "cuda:1", "auto" or a torch.device; a clear ConfigError for a
     device that does not exist here. "auto": the current CUDA device when CUDA is available, else the CPU.
     """
-    torch = _torch()
+    torch = import_torch()
     if isinstance(spec, str) and spec.strip().lower() == "auto":
         chosen = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
@@ -47,9 +48,9 @@ def resolve_device(spec: Any) -> Any:
     return device
 
 
-def _place(module: Any, device: Any) -> tuple[Any, Any]:
+def place_module(module: Any, device: Any) -> tuple[Any, Any]:
     """(device, parameter dtype) of a module, moved to ``device`` when one is asked for (never otherwise)."""
-    torch = _torch()
+    torch = import_torch()
     tensors = [*module.parameters(), *module.buffers()]
     if device is None:
         devices = {t.device for t in tensors}
@@ -74,8 +75,9 @@ def _place(module: Any, device: Any) -> tuple[Any, Any]:
     return target, dtype
 
 
-def _saved_device(saved: str, source: str) -> Any:
-    torch = _torch()
+def saved_device(saved: str, source: str) -> Any:
+    """The device a file was saved from when it exists here, else the CPU (logged)."""
+    torch = import_torch()
     device = torch.device(saved)
     if device.type == "cuda" and not (torch.cuda.is_available()
                                       and (device.index or 0) < torch.cuda.device_count()):
@@ -84,4 +86,4 @@ def _saved_device(saved: str, source: str) -> Any:
     return device
 
 
-__all__ = ["resolve_device"]
+__all__ = ["import_torch", "place_module", "resolve_device", "saved_device"]

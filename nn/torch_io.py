@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from psrv.nn import _inputs
 from psrv.nn.errors import ConfigError, InvalidInputError
+from psrv.nn.evaluation import Evaluation, RegressionEvaluation
 
 OUTPUT_ACTIVATIONS = (None, "softmax", "sigmoid")
 TARGETS = ("onehot", "index")
@@ -203,8 +204,6 @@ class Layout:
     def default_evaluations(self) -> PerOutput:
         """Per output: classification for a softmax/sigmoid output (a single sigmoid column counts as two
         classes), regression metrics for an output without activation."""
-        from psrv.nn.evaluation import Evaluation, RegressionEvaluation
-
         return PerOutput(
             Evaluation(num_classes=max(2, size)) if activation is not None else RegressionEvaluation()
             for size, activation in zip(self.output_sizes, self.activations, strict=True))

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from psrv.nn.errors import ConfigError
+from psrv.nn.named import build_named
 
 # --- learning-rate schedules -----------------------------------------------------------------------
 
@@ -281,8 +282,22 @@ def updater_from_config(config: dict[str, Any] | Updater) -> Updater:
         return config
     if not isinstance(config, dict) or config.get("type") not in UPDATER_TYPES:
         raise ConfigError(f"unknown updater {config!r}; expected a dict with type in {sorted(UPDATER_TYPES)}")
-    kwargs = {k: v for k, v in config.items() if k != "type"}
-    try:
-        return UPDATER_TYPES[config["type"]](**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"bad options for updater {config['type']!r}: {exc}") from exc
+    options = {k: v for k, v in config.items() if k != "type"}
+    return build_named(UPDATER_TYPES, config["type"], options, "updater")
+
+
+__all__ = [
+    "AdaGrad",
+    "Adam",
+    "ExponentialSchedule",
+    "FixedSchedule",
+    "Nesterov",
+    "RmsProp",
+    "Schedule",
+    "Sgd",
+    "StepSchedule",
+    "UPDATER_TYPES",
+    "Updater",
+    "schedule_from_config",
+    "updater_from_config",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from psrv import __version__
+from psrv.spark import storage  # importing it hands psrv.nn the reader and writer of every URI
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.driver.epochs import EarlyStopping
 from psrv.spark.driver.evaluation import load_evaluations, save_evaluations
@@ -33,6 +34,7 @@ from psrv.spark.task.prefetch import PrefetchingIterator
 
 __all__ = [
     "__version__",
+    "storage",
     "ControllerUnreachableError",
     "EarlyStopping",
     "SharedTrainingMaster",

@@ -14,6 +14,22 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+from psrv.encoding import AdaptiveThreshold
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.spark.config import VoidConfiguration
+from psrv.spark.driver.java import java_problem
+from psrv.spark.driver.network import SparkNetwork
+from psrv.spark.driver.shared_training import SharedTrainingMaster
+from psrv.spark.errors import SparkConfigError
+from psrv.spark.observe.metrics import TensorBoardLogger, log_validation
+from psrv.spark.observe.report import export_stats_html
+from psrv.spark.observe.stats import validation_sample
+from psrv.spark.observe.trace import export_chrome_trace
+
+__all__ = ["add_parser", "run"]
+
 log = logging.getLogger(__name__)
 
 
@@ -67,12 +83,6 @@ def _spark_session(master: str, workers: int) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-    from psrv.encoding import AdaptiveThreshold
-    from psrv.nn import Adam, Dense, Network, Output
-    from psrv.nn.data import DataSet
-    from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
-    from psrv.spark.driver.java import java_problem
     from sklearn.datasets import load_digits
     from tqdm import tqdm
 
@@ -154,9 +164,6 @@ class _Watch:
         if self.directory is None:
             return
         os.makedirs(self.directory, exist_ok=True)
-        from psrv.spark.errors import SparkConfigError
-        from psrv.spark.observe.metrics import TensorBoardLogger
-
         try:
             self.loggers.append(TensorBoardLogger(os.path.join(self.directory, "tensorboard")))
         except SparkConfigError as exc:
@@ -165,9 +172,6 @@ class _Watch:
     def validation(self, network: Any, epoch: int, accuracy: float) -> None:
         if not self.on:
             return
-        from psrv.spark.observe.metrics import log_validation
-        from psrv.spark.observe.stats import validation_sample
-
         log_validation(self.loggers, int(network.iteration), epoch, {"accuracy": accuracy})
         self.records.append(validation_sample(time.time(), int(network.iteration), epoch, accuracy=accuracy))
 
@@ -178,8 +182,6 @@ class _Watch:
     def write(self, stats: list[dict[str, Any]]) -> list[str]:
         if self.directory is None:
             return []
-        from psrv.spark.observe.report import export_chrome_trace, export_stats_html
-
         records = list(stats) + self.records
         html = export_stats_html(records, os.path.join(self.directory, "report.html"), title="psrv demo")
         trace = export_chrome_trace(records, os.path.join(self.directory, "trace.json"))

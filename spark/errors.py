@@ -58,3 +58,20 @@ class TrainingJobError(SparkError):
 
 class ControllerUnreachableError(RetryableSparkError, ConnectionError):
     """A worker could not join the gradient-sharing controller (the message names address and mask)."""
+
+
+__all__ = [
+    "ControllerUnreachableError",
+    "EvaluationFileError",
+    "ExportError",
+    "ExportUnreachableError",
+    "FatalSparkError",
+    "PrefetchTimeoutError",
+    "RetryableSparkError",
+    "SparkConfigError",
+    "SparkError",
+    "SparkInputError",
+    "StorageError",
+    "StorageUnavailableError",
+    "TrainingJobError",
+]

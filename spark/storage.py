@@ -21,86 +21,42 @@ The driver copies the Hadoop configuration's S3A settings (``fs.s3a.endpoint``,
 ``endpoint.region``, ``access.key``, ``secret.key``, ``path.style.access``) into the fsspec options
 (:func:`use_hadoop_configuration`); code that ships work to tasks carries :func:`current_options`
 with it and calls :func:`configure` there.
+
+Importing this module (``import psrv.spark`` does) hands :func:`read_bytes` and :func:`write_bytes` to
+psrv.nn, so ``Network.save``/``load`` and the data files reach every URI this layer reaches. The
+backends live in :mod:`psrv.spark.storage_backends`, the URI helpers in :mod:`psrv.spark.storage_uris`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
-import tempfile
 import threading
-import uuid
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlparse
+from typing import IO, TYPE_CHECKING, Any
 
+from psrv.nn import _files as nn_files
 from psrv.spark.errors import StorageError, StorageUnavailableError
+from psrv.spark.storage_backends import FsspecStorage, JvmHadoopStorage, LocalStorage, Storage
+from psrv.spark.storage_uris import (
+    OBJECT_STORE_SCHEMES,
+    absolute,
+    basename,
+    is_local,
+    join,
+    local_path,
+    parent,
+    scheme_of,
+)
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs"})
-_TMP_PREFIX = ".psrv-"
 _options: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
 _counters = {"files_written": 0, "bytes_written": 0, "files_read": 0, "bytes_read": 0}
 
 
-# --------------------------------------------------------------------------------------------------
-# URIs
-# --------------------------------------------------------------------------------------------------
-def scheme_of(uri: str) -> str:
-    scheme = urlparse(os.fspath(uri)).scheme.lower()
-    return "" if len(scheme) == 1 else scheme  # "C:" on Windows is a drive, not a scheme
-
-
-def is_local(uri: str | os.PathLike[str]) -> bool:
-    """A plain path or a ``file:`` URI."""
-    return scheme_of(os.fspath(uri)) in ("", "file")
-
-
-def local_path(uri: str | os.PathLike[str]) -> str:
-    """The local path a plain path or ``file:`` URI names (``file:///a``, ``file:/a`` -> ``/a``)."""
-    text = os.fspath(uri)
-    if scheme_of(text) == "file":
-        parsed = urlparse(text)
-        return parsed.path if not parsed.netloc or parsed.netloc == "localhost" else text
-    return text
-
-
-def absolute(uri: str | os.PathLike[str]) -> str:
-    """Executors run in other working directories: a relative local path becomes absolute
-    (``file:`` URIs stay URIs, ``file:///abs``); other URIs are returned as they are."""
-    text = os.fspath(uri)
-    if scheme_of(text) == "file":
-        return "file://" + os.path.abspath(local_path(text))
-    if scheme_of(text) == "":
-        return os.path.abspath(text)
-    return text
-
-
-def join(base: str, *names: str) -> str:
-    """``base/name/...`` for a path or URI (never ``os.path.join``: URIs use ``/``)."""
-    out = os.fspath(base)
-    for name in names:
-        out = out.rstrip("/") + "/" + name.lstrip("/")
-    return out
-
-
-def parent(uri: str) -> str:
-    text = os.fspath(uri).rstrip("/")
-    head, _, _ = text.rpartition("/")
-    return head or "/"
-
-
-def _visible(name: str) -> bool:
-    return not name.startswith((".", "_"))
-
-
-# --------------------------------------------------------------------------------------------------
-# options shipped to tasks
-# --------------------------------------------------------------------------------------------------
 def configure(options: dict[str, dict[str, Any]] | None) -> None:
     """Set the fsspec options per scheme in this process (tasks call it with what the driver sent)."""
     if options is None:
@@ -154,263 +110,6 @@ def _count(kind: str, nbytes: int) -> None:
     with _lock:
         _counters[f"files_{kind}"] += 1
         _counters[f"bytes_{kind}"] += nbytes
-
-
-# --------------------------------------------------------------------------------------------------
-# backends
-# --------------------------------------------------------------------------------------------------
-class Storage(Protocol):
-    """What psrv needs of a file system; every method takes full paths/URIs."""
-
-    def open_read(self, uri: str) -> IO[bytes]: ...
-    def open_write(self, uri: str) -> contextlib.AbstractContextManager[IO[bytes]]: ...
-    def exists(self, uri: str) -> bool: ...
-    def is_dir(self, uri: str) -> bool: ...
-    def makedirs(self, uri: str) -> None: ...
-    def list_files(self, uri: str, recursive: bool) -> list[str]: ...
-    def delete(self, uri: str, recursive: bool) -> None: ...
-
-
-class LocalStorage:
-    """Plain paths and ``file:`` URIs; listings answer in the form the caller used."""
-
-    def open_read(self, uri: str) -> IO[bytes]:
-        try:
-            return open(local_path(uri), "rb")  # noqa: SIM115 - handed to the caller
-        except OSError as exc:
-            raise StorageError(f"cannot read {uri!r}: {exc.strerror or exc}") from exc
-
-    @contextlib.contextmanager
-    def open_write(self, uri: str) -> Iterator[IO[bytes]]:
-        """A temporary file in the target's directory, renamed over the target when the block ends."""
-        path = os.path.abspath(local_path(uri))
-        directory = os.path.dirname(path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".tmp", dir=directory)
-        except OSError as exc:
-            raise StorageError(f"cannot write {uri!r}: {exc.strerror or exc}") from exc
-        try:
-            from psrv.nn._files import current_umask
-
-            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's file is private (0600): the user's umask
-            with os.fdopen(fd, "wb") as handle:
-                yield handle
-            os.replace(tmp, path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
-                raise StorageError(f"cannot write {uri!r}: {exc.strerror or exc}") from exc
-            raise
-
-    def exists(self, uri: str) -> bool:
-        return os.path.exists(local_path(uri))
-
-    def is_dir(self, uri: str) -> bool:
-        return os.path.isdir(local_path(uri))
-
-    def makedirs(self, uri: str) -> None:
-        try:
-            os.makedirs(local_path(uri), exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot create directory {uri!r}: {exc.strerror or exc}") from exc
-
-    def list_files(self, uri: str, recursive: bool) -> list[str]:
-        root = local_path(uri)
-        as_uri = scheme_of(uri) == "file"
-        out = []
-        for current, dirs, files in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if _visible(d)) if recursive else []
-            for name in files:
-                if _visible(name):
-                    full = os.path.join(current, name)
-                    out.append("file://" + os.path.abspath(full) if as_uri else full)
-        return sorted(out)
-
-    def delete(self, uri: str, recursive: bool) -> None:
-        import shutil
-
-        path = local_path(uri)
-        if os.path.isdir(path) and not os.path.islink(path):
-            if recursive:
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.rmdir(path)
-        elif os.path.lexists(path):
-            os.unlink(path)
-
-
-class FsspecStorage:
-    """Any scheme fsspec knows (hdfs through pyarrow, s3/s3a through s3fs, gs, abfs ...)."""
-
-    def __init__(self, scheme: str, options: dict[str, Any]) -> None:
-        import fsspec
-
-        self.scheme = scheme
-        try:
-            self.fs = fsspec.filesystem(scheme, **options)
-        except Exception as exc:  # noqa: BLE001 - an import or connection error of the backend
-            raise StorageUnavailableError(
-                f"cannot open the {scheme}:// file system with fsspec: {exc}"
-            ) from exc
-
-    def open_read(self, uri: str) -> IO[bytes]:
-        try:
-            return self.fs.open(uri, "rb")
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"cannot read {uri!r}: {exc}") from exc
-
-    @contextlib.contextmanager
-    def open_write(self, uri: str) -> Iterator[IO[bytes]]:
-        direct = self.scheme in OBJECT_STORE_SCHEMES  # an object appears whole when its upload ends
-        target = uri if direct else join(parent(uri), f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp")
-        try:
-            self.fs.makedirs(parent(uri), exist_ok=True)
-            handle = self.fs.open(target, "wb")
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"cannot write {uri!r}: {exc}") from exc
-        try:
-            with handle:
-                yield handle
-            if not direct:
-                if self.fs.exists(uri):
-                    self.fs.rm(uri)
-                self.fs.mv(target, uri)
-        except BaseException as exc:
-            if not direct:
-                with contextlib.suppress(Exception):
-                    self.fs.rm(target)
-            if isinstance(exc, OSError | ValueError) and not isinstance(exc, StorageError):
-                raise StorageError(f"cannot write {uri!r}: {exc}") from exc
-            raise
-
-    def exists(self, uri: str) -> bool:
-        return bool(self.fs.exists(uri))
-
-    def is_dir(self, uri: str) -> bool:
-        return bool(self.fs.isdir(uri))
-
-    def makedirs(self, uri: str) -> None:
-        try:
-            self.fs.makedirs(uri, exist_ok=True)
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"cannot create directory {uri!r}: {exc}") from exc
-
-    def list_files(self, uri: str, recursive: bool) -> list[str]:
-        found = self.fs.find(uri) if recursive else [
-            e["name"] for e in self.fs.ls(uri, detail=True) if e.get("type") == "file"
-        ]
-        root = self.fs._strip_protocol(uri).rstrip("/")
-        out = []
-        for name in found:
-            relative = str(name)[len(root):].lstrip("/") if str(name).startswith(root) else str(name)
-            if all(_visible(part) for part in relative.split("/")):
-                out.append(join(uri, relative))
-        return sorted(out)
-
-    def delete(self, uri: str, recursive: bool) -> None:
-        if self.fs.exists(uri):
-            self.fs.rm(uri, recursive=recursive)
-
-
-class JvmHadoopStorage:
-    """The driver's JVM Hadoop ``FileSystem`` through py4j: the cluster's configuration, no installs.
-
-    Every byte crosses py4j, so it serves the driver's own small files only.
-    """
-
-    def __init__(self, spark_context: SparkContext) -> None:
-        self.sc = spark_context
-        self.jvm = spark_context._jvm
-
-    def _fs(self, uri: str) -> tuple[Any, Any]:
-        path = self.jvm.org.apache.hadoop.fs.Path(uri)
-        return path.getFileSystem(self.sc._jsc.hadoopConfiguration()), path
-
-    def _call(self, what: str, uri: str, fn: Any) -> Any:
-        from py4j.protocol import Py4JJavaError
-
-        try:
-            return fn()
-        except Py4JJavaError as exc:
-            raise StorageError(
-                f"cannot {what} {uri!r}: {exc.java_exception.toString()} (the driver's Hadoop file system; "
-                f"fsspec has no {scheme_of(uri)}:// backend in this process either: pip install "
-                "'psrv[storage]' and s3fs/gcsfs/adlfs as needed)"
-            ) from exc
-
-    def open_read(self, uri: str) -> IO[bytes]:
-        import io
-
-        def read() -> bytes:
-            fs, path = self._fs(uri)
-            stream = fs.open(path)
-            try:
-                return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-            finally:
-                stream.close()
-
-        return io.BytesIO(self._call("read", uri, read))
-
-    @contextlib.contextmanager
-    def open_write(self, uri: str) -> Iterator[IO[bytes]]:
-        import io
-
-        buffer = io.BytesIO()
-        yield buffer
-        direct = scheme_of(uri) in OBJECT_STORE_SCHEMES
-
-        def write() -> None:
-            fs, path = self._fs(uri)
-            target = path if direct else self.jvm.org.apache.hadoop.fs.Path(
-                join(parent(uri), f"{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"))
-            stream = fs.create(target, True)
-            try:
-                stream.write(bytearray(buffer.getvalue()))
-            finally:
-                stream.close()
-            if not direct:
-                if fs.exists(path):
-                    fs.delete(path, False)
-                if not fs.rename(target, path):
-                    fs.delete(target, False)
-                    raise StorageError(f"cannot write {uri!r}: the rename into place failed")
-
-        self._call("write", uri, write)
-
-    def exists(self, uri: str) -> bool:
-        return bool(self._call("check", uri, lambda: self._fs(uri)[0].exists(self._fs(uri)[1])))
-
-    def is_dir(self, uri: str) -> bool:
-        def check() -> bool:
-            fs, path = self._fs(uri)
-            return bool(fs.exists(path) and fs.getFileStatus(path).isDirectory())
-
-        return bool(self._call("check", uri, check))
-
-    def makedirs(self, uri: str) -> None:
-        self._call("create directory", uri, lambda: self._fs(uri)[0].mkdirs(self._fs(uri)[1]))
-
-    def list_files(self, uri: str, recursive: bool) -> list[str]:
-        def listing() -> list[str]:
-            fs, path = self._fs(uri)
-            iterator = fs.listFiles(path, recursive)
-            found = []
-            while iterator.hasNext():
-                found.append(str(iterator.next().getPath().toString()))
-            return found
-
-        root = str(self._call("list", uri, lambda: self._fs(uri)[1].toString())).rstrip("/")
-        out = []
-        for name in self._call("list", uri, listing):
-            relative = name.split(root, 1)[-1].lstrip("/") if root in name else name.rsplit("/", 1)[-1]
-            if all(_visible(part) for part in relative.split("/")):
-                out.append(join(uri, relative))
-        return sorted(out)
-
-    def delete(self, uri: str, recursive: bool) -> None:
-        self._call("delete", uri, lambda: self._fs(uri)[0].delete(self._fs(uri)[1], recursive))
 
 
 _LOCAL = LocalStorage()
@@ -559,11 +258,8 @@ def list_files(
     return [p for p in found if suffix is None or p.endswith(suffix)]
 
 
-def basename(uri: str) -> str:
-    return posixpath.basename(os.fspath(uri).rstrip("/"))
-
-
 __all__ = [
+    "OBJECT_STORE_SCHEMES",
     "FsspecStorage",
     "JvmHadoopStorage",
     "LocalStorage",
@@ -582,11 +278,15 @@ __all__ = [
     "list_files",
     "local_path",
     "makedirs",
+    "parent",
     "open_input",
     "open_output",
+    "reachable_in_tasks",
     "read_bytes",
     "scheme_of",
     "storage_for",
     "use_hadoop_configuration",
     "write_bytes",
 ]
+
+nn_files.use_storage(read_bytes, write_bytes)

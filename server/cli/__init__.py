@@ -1,28 +1,28 @@
-"""The `psrv` command: one subcommand per module of this package (``psrv demo`` lives in psrv.spark),
-each module owning its own options. ``python -m psrv.server.cli`` runs it too.
+"""The `psrv` command: one subcommand per declared command, each owning its own options.
+``python -m psrv.server.cli`` runs it too.
 
-A subcommand module provides ``add_parser(subparsers)`` which registers an argparse
-sub-parser whose ``func`` default takes the parsed namespace and returns an exit code.
+Commands are declared as entry points of the group ``psrv.commands`` (pyproject.toml), each naming an
+``add_parser(subparsers)`` function that registers an argparse sub-parser whose ``func`` default takes
+the parsed namespace and returns an exit code. The CLI lists the group rather than importing the
+commands, so a package above psrv.server (``psrv demo`` lives in psrv.spark) adds its command
+without psrv.server knowing about it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
+from importlib.metadata import EntryPoint, entry_points
 
 from psrv.server.version import __version__
 
 LOG_LEVEL_HELP = "logging level (DEBUG, INFO, WARNING, ERROR)"
 
-# Subcommand modules, in the order `psrv --help` lists them.
-COMMAND_MODULES: list[str] = [
-    "psrv.server.cli.controller_cmd",
-    "psrv.server.cli.node_cmd",
-    "psrv.server.cli.status_cmd",
-    "psrv.server.cli.keys_cmd",
-    "psrv.spark.demo",
-]
+__all__ = ["COMMAND_GROUP", "HelpFormatter", "build_parser", "main"]
+
+COMMAND_GROUP = "psrv.commands"
+# psrv.server's own commands, in the order `psrv --help` lists them; other declared commands follow by name
+_SERVER_COMMANDS = ("controller", "node", "status", "keys")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -43,7 +43,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def _listing_order(command: EntryPoint) -> tuple[int, str]:
+    if command.name in _SERVER_COMMANDS:
+        return _SERVER_COMMANDS.index(command.name), ""
+    return len(_SERVER_COMMANDS), command.name
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The `psrv` parser with every declared command (loading a command imports only its module)."""
     parser = argparse.ArgumentParser(
         prog="psrv",
         description="psrv: gradient-sharing training on Spark over a ZeroMQ mesh.",
@@ -52,8 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     parser.add_argument("--version", action="version", version=f"psrv {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+    commands = entry_points(group=COMMAND_GROUP)
+    if not commands:
+        parser.error(f"no {COMMAND_GROUP!r} entry points: psrv is not installed (pip install -e .)")
+    for command in sorted(commands, key=_listing_order):
+        command.load()(subparsers)
     for sub in subparsers.choices.values():  # one help style for every subcommand, whoever wrote it
         sub.formatter_class = HelpFormatter
         if "--log-level" not in sub._option_string_actions:

@@ -13,6 +13,8 @@ Every function takes either a Spark RDD (and returns an RDD, lazily) or a plain 
   to padded ``(n, T, f)`` DataSets with ``(n, T)`` masks.
 - ``batch_and_export`` / ``export_datasets`` write one minibatch per file; ``list_paths`` lists them;
   ``read_exported`` reads them back through Spark (any Hadoop file system).
+- ``pack_images`` + ``ImageDataSetLoader``: image folders to ``.psimg`` batch files and back;
+  ``ParquetDataSetLoader`` reads minibatches exported as Parquet.
 
 Paths: every path is a local path or a URI of the storage layer (``psrv.spark.storage``:
 ``file://``, ``hdfs://``, ``s3a://`` ...); the executors write and read their files themselves.
@@ -20,20 +22,26 @@ Paths: every path is a local path or a URI of the storage layer (``psrv.spark.st
 
 from __future__ import annotations
 
-from typing import Any
-
+from psrv.spark.data.batching import rebatch
 from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
     Record,
     batch_and_export,
     export_datasets,
-    is_local_path,
     list_local_paths,
     list_paths,
     read_exported,
-    rebatch,
     write_bytes,
 )
+from psrv.spark.data.images import (
+    ImageBatch,
+    ImageDataSetLoader,
+    PackedImages,
+    decode_image,
+    label_of,
+    pack_images,
+)
+from psrv.spark.data.parquet import ParquetDataSetLoader
 from psrv.spark.data.records import (
     ColumnRange,
     MultiDataSetSpec,
@@ -48,6 +56,13 @@ from psrv.spark.data.sequences import read_sequences, sequences_to_datasets
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "ImageBatch",
+    "ImageDataSetLoader",
+    "PackedImages",
+    "ParquetDataSetLoader",
+    "decode_image",
+    "label_of",
+    "pack_images",
     "ColumnRange",
     "MultiDataSetSpec",
     "OneHotColumn",
@@ -55,7 +70,6 @@ __all__ = [
     "batch_and_export",
     "csv_to_records",
     "export_datasets",
-    "is_local_path",
     "list_local_paths",
     "list_paths",
     "parse_csv_line",
@@ -68,14 +82,3 @@ __all__ = [
     "sequences_to_datasets",
     "write_bytes",
 ]
-
-_IMAGE_NAMES = ("ImageBatch", "ImageDataSetLoader", "PackedImages", "decode_image", "label_of", "pack_images")
-
-
-def __getattr__(name: str) -> Any:
-    """The image pipeline lives in psrv.spark.data.images; its names are reachable from here too."""
-    if name in _IMAGE_NAMES:
-        from psrv.spark.data import images
-
-        return getattr(images, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,16 +11,22 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from psrv.nn.data import DataSet, MultiDataSet
+from psrv.nn.data_common import check_batch_size as nn_check_batch_size
 from psrv.nn.errors import DataError
 from psrv.spark.errors import SparkConfigError, SparkInputError
+
+__all__ = ["as_batch", "as_dataset", "batches_of", "check_batch_size", "chunked", "rebatch"]
 
 T = TypeVar("T")
 
 
 def check_batch_size(batch_size: object, what: str = "batch_size") -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise SparkConfigError(f"{what}: expected a positive int, got {batch_size!r}")
-    return batch_size
+    """``batch_size`` (or another count option named ``what``) as a positive int; psrv.spark reports a
+    bad option as :class:`SparkConfigError` (the check itself is psrv.nn's)."""
+    try:
+        return nn_check_batch_size(batch_size, what)
+    except DataError as exc:
+        raise SparkConfigError(str(exc)) from exc
 
 
 def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -53,10 +59,20 @@ def as_batch(item: object) -> DataSet | MultiDataSet:
     )
 
 
-def rebatch(items: Iterable[object], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
+def rebatch(
+    items: Iterable[object], batch_size: int, *, single_to_dataset: bool = True
+) -> Iterator[DataSet | MultiDataSet]:
     """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order; MultiDataSets
-    of several inputs or outputs stay MultiDataSets."""
-    yield from batches_of((as_batch(item) for item in items), batch_size)
+    of several inputs or outputs stay MultiDataSets. A MultiDataSet of one input and one output becomes
+    a DataSet (what training wants) unless ``single_to_dataset=False`` (exports keep what they were given)."""
+    convert = as_batch if single_to_dataset else _as_data
+    yield from batches_of((convert(item) for item in items), batch_size)
+
+
+def _as_data(item: object) -> DataSet | MultiDataSet:
+    if isinstance(item, DataSet | MultiDataSet):
+        return item
+    raise SparkInputError(f"expected DataSet or MultiDataSet elements, got {type(item).__name__}")
 
 
 def batches_of(items: Iterable[Any], batch_size: int) -> Iterator[Any]:

@@ -305,3 +305,22 @@ class ExportCache:
         with self._lock:
             return {"exports_written": self.exports_written, "files_written": self.files_written,
                     "reused": self.reused, "cached": len(self._exports)}
+
+
+__all__ = [
+    "DEFAULT_FS_EXPORT_ROOT",
+    "ExportCache",
+    "FILE_SUFFIX",
+    "MAX_CACHED_EXPORTS",
+    "TRAINING_APPROACHES",
+    "check_training_approach",
+    "default_export_base",
+    "default_fs",
+    "executor_hosts",
+    "export_minibatches",
+    "exported_minibatches",
+    "files_backed",
+    "new_export_directory",
+    "remove_export",
+    "source_key",
+]

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from psrv.nn.data import DATA_FILE_SUFFIX, DataSet, MultiDataSet, read_data_bytes
 from psrv.spark import storage
-from psrv.spark.data.batching import batches_of, check_batch_size
+from psrv.spark.data.batching import check_batch_size, rebatch
+from psrv.spark.data.parquet import dataset_to_parquet, require_pyarrow
 from psrv.spark.errors import ExportError, SparkInputError, StorageError
 
 if TYPE_CHECKING:
@@ -24,44 +25,21 @@ Record = list[Any]  # one value per CSV column: float for numbers, str otherwise
 DEFAULT_BATCH_SIZE = 32
 
 
-def _is_rdd(value: Any) -> bool:
+def is_rdd(value: Any) -> bool:
+    """Whether ``value`` is a Spark RDD (the pipelines also take plain iterables)."""
     from pyspark import RDD
 
     return isinstance(value, RDD)
 
 
-def _convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[Any]], Iterator[Any]]) -> Any:
+def convert_partitions(data: RDD | Iterable[Any], convert: Callable[[Iterable[Any]], Iterator[Any]]) -> Any:
     """``convert`` applied per partition of an RDD (lazily), or to a local iterable (into a list)."""
-    return data.mapPartitions(convert) if _is_rdd(data) else list(convert(data))
+    return data.mapPartitions(convert) if is_rdd(data) else list(convert(data))
 
 
 # --------------------------------------------------------------------------------------------------
-# minibatch files: rebatching, exporting, listing, reading back
+# minibatch files: exporting, listing, reading back
 # --------------------------------------------------------------------------------------------------
-def rebatch(items: Iterable[DataSet | MultiDataSet], batch_size: int) -> Iterator[DataSet | MultiDataSet]:
-    """Minibatches of exactly ``batch_size`` examples (the last may be smaller), in order."""
-    yield from batches_of((_data_item(item) for item in items), batch_size)
-
-
-def _data_item(item: Any) -> DataSet | MultiDataSet:
-    if not isinstance(item, DataSet | MultiDataSet):
-        raise SparkInputError(f"expected DataSet or MultiDataSet elements, got {type(item).__name__}")
-    return item
-
-
-def is_local_path(path: str) -> bool:
-    """A plain path or a ``file:`` URI."""
-    return storage.is_local(path)
-
-
-def _local(path: str) -> str:
-    return storage.local_path(path)
-
-
-def _join(directory: str, name: str) -> str:
-    return storage.join(directory, name)
-
-
 def write_bytes(path: str, blob: bytes, spark_context: SparkContext | None = None) -> None:
     """Write one file atomically through the storage layer (``spark_context`` is no longer needed:
     kept for callers that pass it)."""
@@ -90,11 +68,9 @@ class _PartitionExporter:
         storage.configure(self.options)
         parquet = self.file_format == "parquet"
         suffix = ".parquet" if parquet else DATA_FILE_SUFFIX
-        for number, batch in enumerate(rebatch(items, self.batch_size)):
-            path = _join(self.directory, _file_name(partition, number, suffix))
+        for number, batch in enumerate(rebatch(items, self.batch_size, single_to_dataset=False)):
+            path = storage.join(self.directory, _file_name(partition, number, suffix))
             if parquet:
-                from psrv.spark.data.parquet import dataset_to_parquet
-
                 blob = dataset_to_parquet(batch if isinstance(batch, DataSet) else batch.to_dataset())
             else:
                 blob = batch.to_bytes()
@@ -103,11 +79,6 @@ class _PartitionExporter:
                 yield path, None
             else:
                 yield path, blob
-
-
-def _absolute(directory: str) -> str:
-    """Executors run in other working directories: ship absolute local paths."""
-    return storage.absolute(directory)
 
 
 FILE_FORMATS = ("psds", "parquet")
@@ -127,10 +98,8 @@ def batch_and_export(
     if file_format not in FILE_FORMATS:
         raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
     if file_format == "parquet":
-        from psrv.spark.data.parquet import _pyarrow
-
-        _pyarrow()  # a missing pyarrow fails here, on the driver
-    directory = _absolute(path)
+        require_pyarrow()  # a missing pyarrow fails here, on the driver
+    directory = storage.absolute(path)
     if not through_driver:
         storage.check_task_access(directory, "batch_and_export: path")
     options = storage.use_hadoop_configuration(rdd.context)
@@ -154,12 +123,12 @@ def export_datasets(
     prefix: str = "batch",
 ) -> list[str]:
     """Single-machine export: each DataSet (re-batched to ``batch_size`` if given) to one file."""
-    items = rebatch(datasets, batch_size) if batch_size is not None else datasets
+    items = rebatch(datasets, batch_size, single_to_dataset=False) if batch_size is not None else datasets
     paths = []
     for number, batch in enumerate(items):
         if not isinstance(batch, DataSet | MultiDataSet):
             raise SparkInputError(f"expected DataSet or MultiDataSet items, got {type(batch).__name__}")
-        file_path = _join(directory, f"{prefix}-{number:06d}{DATA_FILE_SUFFIX}")
+        file_path = storage.join(directory, f"{prefix}-{number:06d}{DATA_FILE_SUFFIX}")
         write_bytes(file_path, batch.to_bytes())
         paths.append(file_path)
     return paths
@@ -191,3 +160,18 @@ def _decode_file(item: tuple[str, bytes]) -> DataSet | MultiDataSet:
 def read_exported(spark_context: SparkContext, path: str, *, min_partitions: int | None = None) -> RDD:
     """An RDD of the DataSets/MultiDataSets in the minibatch files under ``path`` (any Hadoop URI)."""
     return spark_context.binaryFiles(path, min_partitions).map(_decode_file)
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "convert_partitions",
+    "is_rdd",
+    "FILE_FORMATS",
+    "Record",
+    "batch_and_export",
+    "export_datasets",
+    "list_local_paths",
+    "list_paths",
+    "read_exported",
+    "write_bytes",
+]

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn.data import DataSet, decode_arrays, encode_arrays, one_hot
 from psrv.nn.errors import DataFileError
-from psrv.spark.data.files import _absolute, _join, _local, list_local_paths, write_bytes
+from psrv.spark import storage
+from psrv.spark.data.files import list_local_paths, write_bytes
 from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
@@ -136,8 +137,6 @@ class ImageBatch:
     @classmethod
     def load(cls, path: str) -> ImageBatch:
         """Read a batch file from any path or URI the storage layer reaches."""
-        from psrv.spark import storage
-
         try:
             blob = storage.read_bytes(path)
         except OSError as exc:
@@ -311,11 +310,9 @@ class _Packer:
         self, partition: int, items: Iterable[tuple[str, bytes]]
     ) -> Iterator[tuple[str, bytes | None, int]]:
         """(path, bytes to write on the driver or None when written here, images in the batch)."""
-        from psrv.spark import storage
-
         storage.configure(self.options)
         for number, batch in enumerate(self.batches(items)):
-            path = _join(self.directory, f"images-{partition:05d}-{number:06d}{IMAGE_BATCH_SUFFIX}")
+            path = storage.join(self.directory, f"images-{partition:05d}-{number:06d}{IMAGE_BATCH_SUFFIX}")
             if self.write_here:
                 write_bytes(path, batch.to_bytes())
                 yield path, None, batch.num_examples
@@ -358,9 +355,9 @@ def pack_images(
         raise SparkConfigError(f"batch_size: expected a positive int, got {batch_size!r}")
     if label_pattern is not None:
         re.compile(label_pattern)  # a bad pattern fails here, clearly, not in an executor
-    directory = _absolute(output)
+    directory = storage.absolute(output)
     if spark_context is None:
-        root = _local(source)
+        root = storage.local_path(source)
         if not os.path.isdir(root):
             raise SparkInputError(f"{source!r} is not a directory")
         files = [p for p in list_local_paths(root, recursive=label_pattern is None) if _is_image(p)]
@@ -370,8 +367,6 @@ def pack_images(
         packer = _Packer(directory, batch_size, classes, label_pattern, True)
 
         def read(path: str) -> tuple[str, bytes]:
-            from psrv.spark import storage
-
             return path, storage.read_bytes(path)
 
         paths = [p for p, _, _ in packer(0, (read(p) for p in files))]
@@ -385,8 +380,6 @@ def pack_images(
     else:
         found = []
     classes = _resolve_classes(found, class_names)
-    from psrv.spark import storage
-
     if not through_driver:
         storage.check_task_access(directory, "pack_images: output")
     options = storage.use_hadoop_configuration(spark_context)

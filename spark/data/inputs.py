@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
+from psrv.spark.data.parquet import ParquetColumns, parquet_datasets
 from psrv.spark.errors import SparkInputError
 
 if TYPE_CHECKING:
@@ -86,8 +87,6 @@ def dataframe_to_datasets(
             f"DataFrame lacks column(s) {missing}: expected a features column {features_col!r} and a label "
             f"column {label_col!r}, got columns {frame.columns}"
         )
-    from psrv.spark.data.parquet import ParquetColumns, parquet_datasets
-
     key = ("dataframe", _plan_hash(frame), features_col, label_col, num_classes)
     rdd = parquet_datasets(frame, ParquetColumns(features_col, label_col, num_classes))
     if rdd is not None:  # a plain Parquet scan: the tasks read Arrow batches, no row conversion
@@ -118,3 +117,11 @@ def classes_of(network: Any) -> int | None:
     if outputs is None or outputs == 1:
         return None  # unknown, or a single sigmoid output that takes the 0/1 label as it is
     return int(outputs)
+
+
+__all__ = [
+    "ROWS_PER_DATASET",
+    "classes_of",
+    "dataframe_to_datasets",
+    "is_dataframe",
+]

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.nn.multidataset import MultiDataSet
+from psrv.nn.data import MultiDataSet
 from psrv.spark.data.inputs import ROWS_PER_DATASET, _plan_hash, _vector
 from psrv.spark.errors import SparkInputError
 

@@ -45,7 +45,8 @@ def pyarrow_available() -> bool:
     return True
 
 
-def _pyarrow() -> Any:
+def require_pyarrow() -> Any:
+    """pyarrow (with its Parquet module), or a SparkConfigError saying how to install it."""
     try:
         import pyarrow as pa
         import pyarrow.parquet  # noqa: F401
@@ -59,7 +60,7 @@ def _pyarrow() -> Any:
 # --------------------------------------------------------------------------------------------------
 def _vectors(column: Any, name: str) -> np.ndarray:
     """(n, k) float32 from a numeric, list, fixed-size-list or Spark ML Vector (struct) column."""
-    pa = _pyarrow()
+    pa = require_pyarrow()
     column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     if column.null_count:
         raise SparkInputError(f"Parquet column {name!r}: expected numbers, got {column.null_count} null(s)")
@@ -157,7 +158,7 @@ class ParquetFileReader:
     def __call__(self, paths: Iterator[str]) -> Iterator[DataSet]:
         import pyarrow.parquet as pq
 
-        _pyarrow()
+        require_pyarrow()
         storage.configure(self.options)
         wanted = self.columns.names
         for path in paths:
@@ -273,7 +274,7 @@ def arrow_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PER_
 def dataset_to_parquet(batch: DataSet) -> bytes:
     """One minibatch as a Parquet file: ``features`` and ``labels`` as fixed-size lists of float32,
     the per-example shapes in the schema metadata (so (n, h, w, c) features come back as they were)."""
-    pa = _pyarrow()
+    pa = require_pyarrow()
     import pyarrow.parquet as pq
 
     if batch.features_mask is not None or batch.labels_mask is not None:
@@ -293,7 +294,7 @@ def dataset_to_parquet(batch: DataSet) -> bytes:
 
 
 def dataset_from_parquet(stream: Any, source: str) -> DataSet:
-    _pyarrow()
+    require_pyarrow()
     import pyarrow.parquet as pq
 
     table = pq.read_table(stream)
@@ -332,6 +333,7 @@ __all__ = [
     "ParquetColumns",
     "ParquetDataSetLoader",
     "ParquetFileReader",
+    "require_pyarrow",
     "arrow_datasets",
     "dataset_from_parquet",
     "dataset_to_parquet",

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet, MultiDataSet
+from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, chunked
 from psrv.spark.data.files import (
     DEFAULT_BATCH_SIZE,
     Record,
-    _convert_partitions,
-    _is_rdd,
+    convert_partitions,
+    is_rdd,
     list_local_paths,
 )
 from psrv.spark.errors import SparkConfigError, SparkInputError
@@ -70,7 +71,7 @@ def csv_to_records(
     header-free files when reading a directory of several).
     """
     parser = _LineParser(delimiter, quotechar, comment)
-    if _is_rdd(lines):
+    if is_rdd(lines):
         if skip_lines:
             lines = lines.zipWithIndex().filter(lambda pair: pair[1] >= skip_lines).keys()
         return lines.filter(parser.keep).map(parser)
@@ -95,8 +96,6 @@ def read_csv(
     """
     if spark_context is not None:
         return csv_to_records(spark_context.textFile(path, min_partitions), **options)
-    from psrv.spark import storage
-
     files = list_local_paths(path) if storage.is_dir(path) else [path]
     lines: list[str] = []
     for name in files:
@@ -245,7 +244,7 @@ def records_to_datasets(
     """
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
     convert = _RecordsToDataSets(spec, check_batch_size(batch_size))
-    return _convert_partitions(records, convert)
+    return convert_partitions(records, convert)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -443,7 +442,7 @@ def records_to_multidatasets(
     convert = _JoinedToMultiDataSets(spec, check_batch_size(batch_size))
     joiner = _Joiner(names, drop_missing)
     values = list(sources.values())
-    if all(_is_rdd(v) for v in values):
+    if all(is_rdd(v) for v in values):
         if len(names) == 1 and keys is None:
             name = names[0]
             return values[0].map(lambda record: {name: record}).mapPartitions(convert)
@@ -458,7 +457,7 @@ def records_to_multidatasets(
         if ordered:
             grouped = grouped.sortBy(lambda kv: _sort_key(kv[0]))
         return grouped.flatMap(joiner).mapPartitions(convert)
-    if any(_is_rdd(v) for v in values):
+    if any(is_rdd(v) for v in values):
         raise SparkConfigError("sources: expected all RDDs or all local iterables, not a mix")
     local = {name: list(v) for name, v in zip(names, values, strict=True)}
     if keys is None:
@@ -478,3 +477,15 @@ def records_to_multidatasets(
                 grouped_local.setdefault(key, []).append(tagged)
     rows = [row for key in sorted(grouped_local, key=_sort_key) for row in joiner((key, grouped_local[key]))]
     return list(convert(rows))
+
+
+__all__ = [
+    "ColumnRange",
+    "MultiDataSetSpec",
+    "OneHotColumn",
+    "csv_to_records",
+    "parse_csv_line",
+    "read_csv",
+    "records_to_datasets",
+    "records_to_multidatasets",
+]

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
+from psrv.spark import storage
 from psrv.spark.data.batching import check_batch_size, chunked
-from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, _convert_partitions, list_local_paths
+from psrv.spark.data.files import DEFAULT_BATCH_SIZE, Record, convert_partitions, list_local_paths
 from psrv.spark.data.records import _LabelSpec, parse_csv_line
 from psrv.spark.errors import SparkInputError
 
@@ -48,8 +49,6 @@ def read_sequences(
     out = []
     for path in list_local_paths(directory):
         try:
-            from psrv.spark import storage
-
             out.append(parser((path, storage.read_bytes(path).decode("utf-8"))))
         except (OSError, UnicodeDecodeError) as exc:
             raise SparkInputError(f"cannot read sequence file {path!r}: {exc}") from exc
@@ -114,4 +113,10 @@ def sequences_to_datasets(
     """
     spec = _LabelSpec.of(label_index, num_classes, label_range, class_names)
     convert = _SequencesToDataSets(spec, check_batch_size(batch_size))
-    return _convert_partitions(sequences, convert)
+    return convert_partitions(sequences, convert)
+
+
+__all__ = [
+    "read_sequences",
+    "sequences_to_datasets",
+]

@@ -104,7 +104,7 @@ def check_sample(network: Any, sample: Any, label_col: str | None = None) -> Non
     """The sample's features and labels fit the network (``input_shape`` named when they do not)."""
     if sample is None:
         return
-    from psrv.nn.multidataset import MultiDataSet
+    from psrv.nn.data import MultiDataSet
 
     if isinstance(sample, MultiDataSet) or getattr(network, "multi_input", False) \
             or getattr(network, "multi_output", False):

@@ -28,7 +28,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from psrv.encoding import message_info
 from psrv.spark.errors import SparkConfigError
+from psrv.spark.observe.progress import check_progress
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +73,6 @@ def check_loggers(loggers: Any) -> list[Any]:
 def elements_sent(message: Any) -> int:
     """How many elements an encoded message carries: a sparse message says so in its header (word 0,
     form word 3 == 0); a bitmap's must be counted (validating the whole message)."""
-    from psrv.encoding import message_info
-
     array = np.asarray(message)
     if array.dtype == np.int32 and array.ndim == 1 and array.size >= 4 and int(array[3]) == 0:
         return int(array[0])
@@ -294,8 +294,6 @@ def watching(master: Any, loggers: Any = None, progress: Any = None) -> Iterator
     if extra:
         master.loggers = before_loggers + extra
     if progress is not None:
-        from psrv.spark.observe.progress import check_progress
-
         master.progress = check_progress(progress)
     try:
         yield

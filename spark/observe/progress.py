@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from psrv.spark.errors import SparkConfigError
+
 __all__ = ["LiveProgress", "ProgressTracker", "ProgressView", "check_progress", "format_progress",
            "report_progress"]
 
@@ -35,8 +37,6 @@ def check_progress(value: Any) -> bool | float:
         return bool(value)
     if isinstance(value, int | float) and math.isfinite(value) and value > 0:
         return float(value)
-    from psrv.spark.errors import SparkConfigError
-
     raise SparkConfigError(f"progress: expected True, False or seconds between progress lines (> 0), "
                            f"got {value!r}")
 _LOSS_EMA = 0.1  # weight of the newest step in a worker's loss moving average

@@ -16,9 +16,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from psrv.spark import storage
 from psrv.spark.observe.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
-__all__ = ["CLOCK_CAVEAT", "export_chrome_trace", "export_stats_html", "kind_colour", "kind_label",
+__all__ = ["CLOCK_CAVEAT", "epoch_starts", "export_stats_html", "kind_colour", "kind_label",
            "render_stats_html", "worker_summary"]
 
 CLOCK_CAVEAT = (
@@ -443,13 +444,6 @@ def render_stats_html(
     )
 
 
-def export_chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], path: str) -> str:
-    """The same timeline as Trace Event JSON (Perfetto, chrome://tracing); see psrv.spark.observe.trace."""
-    from psrv.spark.observe.trace import export_chrome_trace as export
-
-    return export(stats, path)
-
-
 def export_stats_html(
     stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], path: str, *, title: str = "psrv training"
 ) -> str:
@@ -461,8 +455,6 @@ def export_stats_html(
     JSON (``<script id="psrv-stats">``) for other tools.
     """
     text = render_stats_html(stats, title)
-    from psrv.spark import storage
-
     target = storage.absolute(path)
     storage.write_bytes(target, text.encode("utf-8"))
     return storage.local_path(target) if storage.is_local(target) else target

@@ -13,7 +13,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from psrv.nn._files import write_atomically
+from psrv.spark import storage
+from psrv.spark.observe.report import epoch_starts, kind_label
 from psrv.spark.observe.stats import METRIC_FIELDS, VALIDATION_KIND, normalize_stats
 
 __all__ = ["chrome_trace", "export_chrome_trace"]
@@ -33,8 +34,6 @@ def _plain(value: Any) -> Any:
 
 def chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> dict[str, Any]:
     """The trace as a dict (``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``)."""
-    from psrv.spark.observe.report import epoch_starts, kind_label
-
     records = normalize_stats(stats)
     workers = sorted({r["worker"] for r in records}, key=lambda w: (w == "driver", w))
     pid = {worker: index + 1 for index, worker in enumerate(workers)}
@@ -77,5 +76,5 @@ def export_chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any], 
     Perfetto or chrome://tracing."""
     text = json.dumps(chrome_trace(stats), allow_nan=False)
     target = os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
-    write_atomically(target, text.encode("utf-8"), make_parents=True)
+    storage.write_bytes(target, text.encode("utf-8"))
     return target

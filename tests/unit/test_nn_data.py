@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -249,6 +251,29 @@ def test_missing_file_and_remote_uri_raise_data_file_error(tmp_path: Path) -> No
     # an hdfs:// URI goes to the storage layer; with no HDFS reachable here it fails naming the URI
     with pytest.raises(DataFileError, match="hdfs://namenode/x.psds"):
         DataSet.load("hdfs://namenode/x.psds")
+
+
+def test_psrv_nn_alone_reads_local_files_and_names_psrv_spark_for_other_uris(tmp_path: Path) -> None:
+    """psrv.nn never imports psrv.spark: it reads and writes local paths itself, and for any other URI
+    says that importing psrv.spark (its storage layer) is what reaches it."""
+    script = f"""
+import sys
+import numpy as np
+from psrv.nn import DataSet
+from psrv.nn.errors import DataFileError
+ds = DataSet(np.ones((3, 2), np.float32), np.zeros((3, 1), np.float32))
+ds.save({str(tmp_path / "a.psds")!r})
+assert DataSet.load("file://" + {str(tmp_path / "a.psds")!r}).equals(ds)
+try:
+    DataSet.load("hdfs://namenode/x.psds")
+except DataFileError as exc:
+    assert "import psrv.spark" in str(exc), exc
+else:
+    raise AssertionError("no error for an hdfs:// URI")
+assert not any(name.startswith("psrv.spark") for name in sys.modules), "psrv.nn imported psrv.spark"
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_save_is_atomic_no_temp_files_left(tmp_path: Path) -> None:

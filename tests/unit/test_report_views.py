@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from psrv.spark.observe.report import (
     _KIND_COLOURS,
-    export_chrome_trace,
     kind_colour,
     kind_label,
     render_stats_html,
@@ -19,7 +18,7 @@ from psrv.spark.observe.report import (
     worker_summary,
 )
 from psrv.spark.observe.stats import EVENT_KINDS
-from psrv.spark.observe.trace import chrome_trace
+from psrv.spark.observe.trace import chrome_trace, export_chrome_trace
 from report_data import run_stats
 
 

@@ -1,0 +1,89 @@
+"""A torch module's parameters re-pointed into one flat buffer, its gradients into another, and the
+optimizer's own step copy of them, so psrv's encoder and decoder work on one vector without copies.
+
+The optimizer steps the *step buffer*, never the live parameters: a node's I/O thread may add
+received updates into the live ones while a step runs, and none is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from psrv.nn.errors import ConfigError
+from psrv.nn.torch_device import import_torch
+
+__all__ = ["FlatBuffers", "bind_flat_buffers", "steer_to_step_buffer"]
+
+
+@dataclass
+class FlatBuffers:
+    """The trainable parameters (``params``: the module's own, now views into ``flat``), their flat
+    gradient, a NumPy view of ``flat`` on the CPU (None elsewhere) and the optimizer's step copy."""
+
+    params: list[Any]
+    flat: Any
+    flat_grad: Any
+    grad_ptrs: list[int]
+    host_view: np.ndarray | None
+    step_flat: Any
+    step_params: list[Any]
+
+
+def bind_flat_buffers(module: Any, dtype: Any, device: Any) -> FlatBuffers:
+    """Move every trainable parameter of ``module`` into one flat buffer of ``dtype`` on ``device``
+    (values kept) and every gradient into another, and build the step copy the optimizer owns."""
+    torch = import_torch()
+    params = [p for p in module.parameters() if p.requires_grad]
+    total = sum(p.numel() for p in params)
+    flat = torch.zeros(total, dtype=dtype, device=device)
+    flat_grad = torch.zeros(total, dtype=dtype, device=device)
+    offset = 0
+    grad_ptrs = []
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            flat[offset : offset + n].copy_(p.detach().reshape(-1))
+            p.data = flat[offset : offset + n].view_as(p)
+            p.grad = flat_grad[offset : offset + n].view_as(p)
+            grad_ptrs.append(p.grad.data_ptr())
+            offset += n
+    host_view = flat.numpy() if flat.device.type == "cpu" else None
+    # the optimizer's own copy of the parameters: it steps these, never the live ones, and reads the
+    # same gradient memory (each step parameter's .grad is the live parameter's gradient view)
+    step_flat = flat.clone()
+    step_params = []
+    offset = 0
+    for p in params:
+        n = p.numel()
+        shadow = torch.nn.Parameter(step_flat[offset : offset + n].view_as(p))
+        shadow.grad = p.grad
+        step_params.append(shadow)
+        offset += n
+    return FlatBuffers(params, flat, flat_grad, grad_ptrs, host_view, step_flat, step_params)
+
+
+def steer_to_step_buffer(optimizer: Any, buffers: FlatBuffers) -> Any:
+    """Point an optimizer built on the module's parameters at the step buffer instead (a factory
+    that ignored its argument, or an Optimizer instance), carrying any state it already has."""
+    to_step = {id(p): s for p, s in zip(buffers.params, buffers.step_params, strict=True)}
+    owned = {id(s) for s in buffers.step_params}
+    for group in optimizer.param_groups:
+        steered = []
+        for p in group["params"]:
+            if id(p) in owned:
+                steered.append(p)
+            elif id(p) in to_step:
+                shadow = to_step[id(p)]
+                if p in optimizer.state:
+                    optimizer.state[shadow] = optimizer.state.pop(p)
+                steered.append(shadow)
+            else:
+                raise ConfigError(
+                    "optimizer: expected it to hold only the module's trainable parameters, got a "
+                    f"tensor of shape {tuple(p.shape)} that is not one of them; build it with a "
+                    "factory, optimizer=lambda params: torch.optim.Adam(params, lr=1e-3)"
+                )
+        group["params"] = steered
+    return optimizer
