@@ -116,7 +116,7 @@ class _NetworkEstimator(Estimator):
     """What both estimators share: turn the DataFrame into DataSets, fit over epochs, return a model."""
 
     def __init__(self, *, feature_cols: Sequence[str] | str, label_col: str, prediction_col: str,
-                 probability_col: str, epochs: int, batch_size: int, training_master: Any,
+                 probability_col: str, epochs: int, batch_size: int, training_master: TrainingMaster | None,
                  validation: Any, callbacks: Sequence[Any], checkpoint_dir: str | None) -> None:
         super().__init__()
         self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
@@ -134,10 +134,10 @@ class _NetworkEstimator(Estimator):
         self.last_history: list[Any] = []
         self.last_input_path = ""  # how the last fit read its DataFrame: "parquet", "arrow" or "rows"
 
-    def _new_network(self) -> Any:
+    def _new_network(self) -> Network:
         raise NotImplementedError
 
-    def _as_rdd(self, frame: DataFrame, network: Any) -> Any:
+    def _as_rdd(self, frame: DataFrame, network: Network) -> Any:
         """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
         tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
         _check_columns(frame, self.feature_cols, "feature_cols")
@@ -183,7 +183,7 @@ class TorchEstimator(_NetworkEstimator):
     def __init__(self, module: Any, loss: Any, optimizer: Any = None, input_shape: Sequence[int] | int = (),
                  feature_cols: Sequence[str] | str = ("features",), label_col: str = "label",
                  prediction_col: str = "prediction", probability_col: str = "probability", epochs: int = 1,
-                 batch_size: int = 32, training_master: Any = None, validation: Any = None,
+                 batch_size: int = 32, training_master: TrainingMaster | None = None, validation: Any = None,
                  callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                  output_activation: str | None = "softmax", seed: int | None = None) -> None:
         super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
@@ -196,7 +196,7 @@ class TorchEstimator(_NetworkEstimator):
         self.module, self.loss, self.optimizer = module, loss, optimizer
         self.input_shape, self.output_activation, self.seed = input_shape, output_activation, seed
 
-    def _new_network(self) -> Any:
+    def _new_network(self) -> Network:
         return TorchNetwork(copy.deepcopy(self.module), copy.deepcopy(self.loss), self.input_shape,
                             optimizer=self.optimizer, output_activation=self.output_activation,
                             seed=self.seed)
@@ -205,18 +205,18 @@ class TorchEstimator(_NetworkEstimator):
 class NetworkEstimator(_NetworkEstimator):
     """The same for a ``psrv.nn.Network``: every ``fit`` trains a clone of ``network`` as given."""
 
-    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+    def __init__(self, network: LayerNetwork, feature_cols: Sequence[str] | str = ("features",),
                  label_col: str = "label", prediction_col: str = "prediction",
                  probability_col: str = "probability", epochs: int = 1, batch_size: int = 32,
-                 training_master: Any = None, validation: Any = None, callbacks: Sequence[Any] = (),
-                 checkpoint_dir: str | None = None) -> None:
+                 training_master: TrainingMaster | None = None, validation: Any = None,
+                 callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None) -> None:
         super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
                          probability_col=probability_col, epochs=epochs, batch_size=batch_size,
                          training_master=training_master, validation=validation, callbacks=callbacks,
                          checkpoint_dir=checkpoint_dir)
         self.network = network
 
-    def _new_network(self) -> Any:
+    def _new_network(self) -> Network:
         return self.network.clone()
 
 
@@ -298,7 +298,7 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, clas
 class TorchModel(Model, MLWritable, MLReadable):
     """A trained psrv network as a ``pyspark.ml`` Transformer (also what ``NetworkEstimator`` returns)."""
 
-    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+    def __init__(self, network: Network, feature_cols: Sequence[str] | str = ("features",),
                  prediction_col: str = "prediction", probability_col: str = "probability") -> None:
         super().__init__()
         self.network = network

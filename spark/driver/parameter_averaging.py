@@ -2,8 +2,8 @@
 
 Each round: broadcast the parameters (and updater state), every worker fits
 ``averaging_frequency`` minibatches of its share, the results are tree-aggregated and averaged
-on the driver. Rounds repeat until every minibatch of the data was used once (one epoch per
-``fit`` call).
+on the driver (the round's task side: psrv.spark.task.averaging). Rounds repeat until every
+minibatch of the data was used once (one epoch per ``fit`` call).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The driver starts a controller holding the master copy of the parameters and shi
 configuration, CurveZMQ keys and initial parameters to the tasks. Each partition's task starts a
 node pointed at the controller (which downloads the current parameters: a retried task catches up),
 trains over its data with a prefetching iterator, encodes every update with its residual, applies
-the encoded update locally and submits it, then leaves. ``fit`` returns when the job ends; the
+the encoded update locally and submits it, then leaves (psrv.spark.task.sharing, what this master
+maps over the partitions). ``fit`` returns when the job ends; the
 driver's network then holds the controller's parameters, the workers' averaged updater state and
 the averaged threshold state. ``fit(epochs=N)`` runs one job per epoch but keeps one controller (its
 keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.driver.live_controller).

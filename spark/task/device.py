@@ -82,7 +82,7 @@ class DeviceSharing:
     ``node_params`` and ``node_hooks()`` go to the Node; each step call ``step(node, batch, ...)``.
     """
 
-    def __init__(self, network: Any, encoder: Any) -> None:
+    def __init__(self, network: DeviceNetwork, encoder: Any) -> None:
         self.network = network
         self.encoder = encoder
         self.node_params = network.params.copy()  # one host copy: the node's download target
