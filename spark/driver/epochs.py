@@ -27,7 +27,6 @@ from psrv.spark.driver.partitioning import repartition_rdd
 from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
-    from psrv.spark.driver.network import SparkNetwork
     from pyspark import RDD, SparkContext
 
 log = logging.getLogger(__name__)
@@ -84,7 +83,7 @@ class EarlyStopping:
         return False
 
 
-def validation_metrics(spark_network: SparkNetwork, validation_data: Any) -> dict[str, float]:
+def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:  # a SparkNetwork
     """What the driver's network scores on ``validation_data`` (evaluated on the executors)."""
     result = spark_network.evaluate(validation_data)
     if isinstance(result, list):  # a network of several outputs: the first output's, then each output's
@@ -157,7 +156,7 @@ class EpochRecord:
     seconds: float
 
 
-def run_epochs(spark_network: SparkNetwork, rdd: RDD, epochs: int, validation_data: Any = None,
+def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any = None,
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                resume: bool = False, element_counts: list[int] | None = None) -> list[EpochRecord]:
     """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
