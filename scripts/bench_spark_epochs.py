@@ -7,7 +7,7 @@ trained N epochs three ways, each --runs times, alternating:
 - ``separate``: N separate ``fit(rdd)`` calls (the user's own epoch loop; each exports nothing new but
   starts its own controller, keys and job);
 - ``per-epoch``: one ``fit(rdd, epochs=N)`` with the old per-epoch setup (a controller, keys and joins per
-  epoch; ``SharedTrainingMaster._controller_per_epoch``);
+  epoch: the master's ``controller_for_call`` replaced by one that keeps nothing);
 - ``kept``: one ``fit(rdd, epochs=N)`` as it runs now (one controller for the call; each epoch's job
   joins it).
 
@@ -23,6 +23,7 @@ empty tasks is timed beside them: the floor under any design with one job per ep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
@@ -74,7 +75,8 @@ def _variant(sc, rdd, args: argparse.Namespace, seed: int, variant: str) -> dict
                                   num_workers=args.workers, threshold_algorithm=AdaptiveThreshold(3e-2),
                                   rdd_training_approach=args.approach, collect_training_stats=True,
                                   progress=False)
-    master._controller_per_epoch = variant == "per-epoch"
+    if variant == "per-epoch":  # the old setup: no controller kept for the call, one per epoch's job
+        master.controller_for_call = lambda spark_context, network: contextlib.nullcontext()
     spark_net = SparkNetwork(sc, digits_network(seed), master)
     called = time.time()
     if variant == "separate":

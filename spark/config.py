@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from psrv.spark.errors import SparkConfigError
+from psrv.transport.config import TransportConfig
+from psrv.transport.netmask import choose_address
 
 MESH_MODES = ("plain", "mesh")
 
@@ -121,8 +123,6 @@ class VoidConfiguration:
         if self.controller_address is not None:
             return _as_ip(split_address(self.controller_address)[0])
         if self.network_mask is not None:
-            from psrv.transport.netmask import choose_address
-
             return choose_address(self.network_mask)
         return _as_ip(spark_driver_host or "127.0.0.1")
 
@@ -135,9 +135,9 @@ class VoidConfiguration:
         return bound_address
 
     # -- transport -----------------------------------------------------------------------------------
-    def transport_config(self, *, host: str | None, port: int, keys: Any = None, **extra: Any) -> Any:
-        from psrv.transport import TransportConfig
-
+    def transport_config(self, *, host: str | None, port: int, keys: Any = None,
+                         **extra: Any) -> TransportConfig:
+        """The nodes' and the controller's transport settings from this configuration."""
         return TransportConfig(
             host=host,
             port=port,
@@ -150,3 +150,6 @@ class VoidConfiguration:
             keys=keys,
             **extra,
         )
+
+
+__all__ = ["MESH_MODES", "VoidConfiguration", "split_address"]

@@ -20,8 +20,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from psrv.nn.data import DataSet
+from psrv.nn.network import Network as LayerNetwork
+from psrv.nn.protocol import Network
+from psrv.nn.torch_adapter import TorchNetwork
+from psrv.spark import storage
+from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import chunked
+from psrv.spark.data.inputs import _plan_hash
+from psrv.spark.data.parquet import (
+    ParquetColumns,
+    _vectors,
+    arrow_datasets,
+    parquet_datasets,
+    pyarrow_available,
+)
+from psrv.spark.driver.checkpoints import _network_bytes, network_from_record, read_record
+from psrv.spark.driver.master import TrainingMaster
+from psrv.spark.driver.network import SparkNetwork
+from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.payload import NetworkPayload
+from psrv.spark.task.worker import cached_network
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import MLReadable, MLReader, MLWritable, MLWriter
 
@@ -51,8 +71,6 @@ def _features(row: Any, columns: Sequence[str]) -> np.ndarray:
 
 def _datasets(feature_cols: tuple[str, ...], label_col: str, num_classes: int | None) -> Any:
     def convert(rows: Iterator[Any]) -> Iterator[Any]:
-        from psrv.nn.data import DataSet
-
         for chunk in chunked(rows, _ROWS):
             x = np.stack([_features(r, feature_cols) for r in chunk])
             labels = [_values(r[label_col], label_col) for r in chunk]
@@ -85,19 +103,20 @@ def _check_columns(frame: DataFrame, columns: Sequence[str], option: str) -> Non
             f"DataFrame has no column(s) {missing} ({option}); its columns are {frame.columns}")
 
 
-def _is_classifier(network: Any) -> bool:
-    activation = getattr(network, "output_activation", None)
-    if activation is not None or hasattr(network, "module"):
-        return activation in ("softmax", "sigmoid")
-    layer = getattr(network, "output_layer", None)
-    return getattr(getattr(layer, "loss", None), "name", None) != "mse"
+def _is_classifier(network: Network) -> bool:
+    """Whether the network's output is class scores (softmax/sigmoid, or any loss but MSE)."""
+    if isinstance(network, TorchNetwork):
+        return network.output_activation in ("softmax", "sigmoid")
+    if isinstance(network, LayerNetwork):
+        return network.output_layer.loss.name != "mse"
+    return True
 
 
 class _NetworkEstimator(Estimator):
     """What both estimators share: turn the DataFrame into DataSets, fit over epochs, return a model."""
 
     def __init__(self, *, feature_cols: Sequence[str] | str, label_col: str, prediction_col: str,
-                 probability_col: str, epochs: int, batch_size: int, training_master: Any,
+                 probability_col: str, epochs: int, batch_size: int, training_master: TrainingMaster | None,
                  validation: Any, callbacks: Sequence[Any], checkpoint_dir: str | None) -> None:
         super().__init__()
         self.feature_cols = (feature_cols,) if isinstance(feature_cols, str) else tuple(feature_cols)
@@ -115,15 +134,12 @@ class _NetworkEstimator(Estimator):
         self.last_history: list[Any] = []
         self.last_input_path = ""  # how the last fit read its DataFrame: "parquet", "arrow" or "rows"
 
-    def _new_network(self) -> Any:
+    def _new_network(self) -> Network:
         raise NotImplementedError
 
-    def _as_rdd(self, frame: DataFrame, network: Any) -> Any:
+    def _as_rdd(self, frame: DataFrame, network: Network) -> Any:
         """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
         tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
-        from psrv.spark.data.inputs import _plan_hash
-        from psrv.spark.data.parquet import ParquetColumns, arrow_datasets, parquet_datasets
-
         _check_columns(frame, self.feature_cols, "feature_cols")
         _check_columns(frame, (self.label_col,), "label_col")
         if self.label_col in self.feature_cols:
@@ -140,17 +156,12 @@ class _NetworkEstimator(Estimator):
         self.last_input_path = path
         return rdd
 
-    def _master(self) -> Any:
+    def _master(self) -> TrainingMaster:
         if self.training_master is not None:
             return self.training_master
-        from psrv.spark.config import VoidConfiguration
-        from psrv.spark.driver.shared_training import SharedTrainingMaster
-
         return SharedTrainingMaster(VoidConfiguration(), batch_size_per_worker=self.batch_size)
 
     def _fit(self, dataset: DataFrame) -> TorchModel:
-        from psrv.spark.driver.network import SparkNetwork
-
         network = self._new_network()
         spark_net = SparkNetwork(dataset.sparkSession.sparkContext, network, self._master())
         validation = self._as_rdd(self.validation, network) if self.validation is not None else None
@@ -172,7 +183,7 @@ class TorchEstimator(_NetworkEstimator):
     def __init__(self, module: Any, loss: Any, optimizer: Any = None, input_shape: Sequence[int] | int = (),
                  feature_cols: Sequence[str] | str = ("features",), label_col: str = "label",
                  prediction_col: str = "prediction", probability_col: str = "probability", epochs: int = 1,
-                 batch_size: int = 32, training_master: Any = None, validation: Any = None,
+                 batch_size: int = 32, training_master: TrainingMaster | None = None, validation: Any = None,
                  callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                  output_activation: str | None = "softmax", seed: int | None = None) -> None:
         super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
@@ -185,9 +196,7 @@ class TorchEstimator(_NetworkEstimator):
         self.module, self.loss, self.optimizer = module, loss, optimizer
         self.input_shape, self.output_activation, self.seed = input_shape, output_activation, seed
 
-    def _new_network(self) -> Any:
-        from psrv.nn.torch_adapter import TorchNetwork
-
+    def _new_network(self) -> Network:
         return TorchNetwork(copy.deepcopy(self.module), copy.deepcopy(self.loss), self.input_shape,
                             optimizer=self.optimizer, output_activation=self.output_activation,
                             seed=self.seed)
@@ -196,18 +205,18 @@ class TorchEstimator(_NetworkEstimator):
 class NetworkEstimator(_NetworkEstimator):
     """The same for a ``psrv.nn.Network``: every ``fit`` trains a clone of ``network`` as given."""
 
-    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+    def __init__(self, network: LayerNetwork, feature_cols: Sequence[str] | str = ("features",),
                  label_col: str = "label", prediction_col: str = "prediction",
                  probability_col: str = "probability", epochs: int = 1, batch_size: int = 32,
-                 training_master: Any = None, validation: Any = None, callbacks: Sequence[Any] = (),
-                 checkpoint_dir: str | None = None) -> None:
+                 training_master: TrainingMaster | None = None, validation: Any = None,
+                 callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None) -> None:
         super().__init__(feature_cols=feature_cols, label_col=label_col, prediction_col=prediction_col,
                          probability_col=probability_col, epochs=epochs, batch_size=batch_size,
                          training_master=training_master, validation=validation, callbacks=callbacks,
                          checkpoint_dir=checkpoint_dir)
         self.network = network
 
-    def _new_network(self) -> Any:
+    def _new_network(self) -> Network:
         return self.network.clone()
 
 
@@ -215,7 +224,7 @@ def _predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: bool) 
     def predict(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         from pyspark.ml.linalg import DenseVector
 
-        network = broadcast.value.cached_network()  # built once per executor process
+        network = cached_network(broadcast.value)  # built once per executor process
         for chunk in chunked(rows, _ROWS):
             out = np.asarray(network.output(np.stack([_features(r, feature_cols) for r in chunk])))
             for row, values in zip(chunk, out, strict=True):
@@ -239,11 +248,10 @@ class _ArrowPredictor:
 
     def __call__(self, *arrays: Any) -> Any:
         import pyarrow as pa
-        from psrv.spark.data.parquet import _vectors
 
         parts = [_vectors(a, name) for a, name in zip(arrays, self.feature_cols, strict=True)]
         x = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-        network = self.broadcast.value.cached_network()
+        network = cached_network(self.broadcast.value)
         out = np.asarray(network.output(x), dtype=np.float64).reshape(len(x), -1)
         outputs = out.shape[1]
 
@@ -263,7 +271,6 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, clas
     """``dataset`` with the prediction (and probability) columns computed by a scalar Arrow UDF (Spark 4.1+
     with pyarrow and pandas); None where that is not available, and the caller scores Spark's rows."""
     try:
-        from psrv.spark.data.parquet import pyarrow_available
         from pyspark.ml.functions import array_to_vector
         from pyspark.sql.functions import ArrowUDFType, arrow_udf, col
 
@@ -291,7 +298,7 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, clas
 class TorchModel(Model, MLWritable, MLReadable):
     """A trained psrv network as a ``pyspark.ml`` Transformer (also what ``NetworkEstimator`` returns)."""
 
-    def __init__(self, network: Any, feature_cols: Sequence[str] | str = ("features",),
+    def __init__(self, network: Network, feature_cols: Sequence[str] | str = ("features",),
                  prediction_col: str = "prediction", probability_col: str = "probability") -> None:
         super().__init__()
         self.network = network
@@ -306,7 +313,6 @@ class TorchModel(Model, MLWritable, MLReadable):
         return _is_classifier(self.network)
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        from psrv.spark.payload import NetworkPayload
         from pyspark.ml.linalg import VectorUDT
         from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
@@ -353,7 +359,6 @@ class TorchModel(Model, MLWritable, MLReadable):
 
     def _record(self) -> bytes:
         import msgpack
-        from psrv.spark.driver.checkpoints import _network_bytes
 
         kind, blob = _network_bytes(self.network)
         meta = {"feature_cols": list(self.feature_cols), "prediction_col": self.prediction_col,
@@ -364,7 +369,6 @@ class TorchModel(Model, MLWritable, MLReadable):
 
     @classmethod
     def _from_record_file(cls, path: str) -> TorchModel:
-        from psrv.spark.driver.checkpoints import network_from_record, read_record
 
         record = read_record(path, FORMAT, "psrv.spark.ml model file")
         network = network_from_record(record["network_kind"], record["network"], path)
@@ -385,7 +389,6 @@ class _TorchModelWriter(MLWriter):
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:  # noqa: N802 - pyspark's name
-        from psrv.spark import storage
         from pyspark.ml.util import DefaultParamsWriter
 
         path = _qualified(path)
@@ -402,8 +405,6 @@ class _TorchModelReader(MLReader):
     model loads for local inference too); keeps the saved uid, as pyspark's readers do."""
 
     def load(self, path: str) -> TorchModel:
-        from psrv.spark import storage
-
         path = _qualified(path)
         if not storage.is_dir(path):
             return TorchModel._from_record_file(path)
@@ -417,8 +418,6 @@ def _qualified(path: str) -> str:
     """A path without a scheme the way Spark resolves it (against ``fs.defaultFS``, e.g. ``hdfs://nn/...``
     on a cluster), so Spark's metadata and psrv's model file land side by side; without a running
     SparkContext, a local path."""
-    from psrv.spark import storage
-
     text = str(path)
     if storage.scheme_of(text):
         return text
@@ -433,8 +432,6 @@ def _qualified(path: str) -> str:
 
 def _stage_metadata(path: str) -> dict[str, Any]:
     """Spark ML's ``metadata/part-*`` JSON line of a stage directory, checked to name TorchModel."""
-    from psrv.spark import storage
-
     metadata_dir = storage.join(path, "metadata")
     parts = [p for p in storage.list_files(metadata_dir, recursive=False)
              if storage.basename(p).startswith("part-")] if storage.is_dir(metadata_dir) else []

@@ -3,9 +3,8 @@
 The network is never pickled whole: its JSON-able configuration, its flat parameter vector,
 optionally its flat updater state, its buffers (BatchNorm statistics: state that is not a parameter)
 and its normalizer state are enough to rebuild an identical network on an executor
-(``Network.from_config`` + copying the vectors in). Executors keep the last networks they built, keyed
-by the payload's id, so the tasks of one job reuse them. A torch network is built on the task's device
-(psrv.spark.task.device).
+(``Network.from_config`` + copying the vectors in). The tasks build and cache their networks from it
+(psrv.spark.task.worker); a torch network is built on the task's device (psrv.spark.task.device).
 """
 
 from __future__ import annotations
@@ -14,15 +13,15 @@ import inspect
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from psrv.nn.network import Network as LayerNetwork
+from psrv.nn.normalizers import normalizer_from_state
+from psrv.nn.protocol import BufferedNetwork, Network
+from psrv.spark.errors import SparkConfigError
 
-_CACHE_SIZE = 4
-_cache: OrderedDict[str, Any] = OrderedDict()
-_cache_lock = threading.Lock()
 _lineages: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _lineage_lock = threading.Lock()
 
@@ -68,54 +67,44 @@ class NetworkPayload:
     lineage: str = ""
 
     @classmethod
-    def from_network(cls, network: Any, *, with_updater: bool = False) -> NetworkPayload:
-        from psrv.nn.network import Network
-
-        normalizer = getattr(network, "normalizer", None)
+    def from_network(cls, network: Network, *, with_updater: bool = False) -> NetworkPayload:
         blob, factory = None, None
-        if not isinstance(network, Network):
-            if not (hasattr(network, "to_bytes") and hasattr(type(network), "from_bytes")):
-                from psrv.spark.errors import SparkConfigError
-
+        if not isinstance(network, LayerNetwork):
+            if not isinstance(network, Network):
                 raise SparkConfigError(
                     f"cannot ship a {type(network).__name__} to the executors: expected a psrv.nn.Network "
                     "or a network with to_bytes() and from_bytes() (e.g. psrv.nn.TorchNetwork)"
                 )
             blob, factory = _file_form(network), type(network)
+        normalizer = network.normalizer
         return cls(
             config=network.get_config(),
             params=np.array(network.params, dtype=network.params.dtype, copy=True),
             updater_state=np.array(network.updater_state, copy=True) if with_updater else None,
             normalizer_state=normalizer.get_state() if normalizer is not None else None,
-            iteration=int(getattr(network, "iteration", 0)),
-            epoch=int(getattr(network, "epoch", 0)),
+            iteration=int(network.iteration),
+            epoch=int(network.epoch),
             blob=blob,
             factory=factory,
             buffers=buffers_of(network),
             lineage=lineage(network),
         )
 
-    def build(self, device: Any = None) -> Any:
+    def build(self, device: Any = None) -> Network:
         """A new network equal to the one this payload was made from (a torch one on ``device``)."""
         if self.blob is not None:
             network = self.factory.from_bytes(self.blob, device=device) if device is not None \
                 and takes_device(self.factory) else self.factory.from_bytes(self.blob)
         else:
-            from psrv.nn import Network
-
-            network = Network.from_config(self.config)
+            network = LayerNetwork.from_config(self.config)
         self.load_into(network)
         if self.normalizer_state is not None:
-            from psrv.nn.normalizers import normalizer_from_state
-
             network.normalizer = normalizer_from_state(self.normalizer_state)
         return network
 
-    def load_into(self, network: Any) -> None:
+    def load_into(self, network: Network) -> None:
         """Copy parameters (and updater state, counters) into an already built network."""
         if network.params.shape != self.params.shape:
-            from psrv.spark.errors import SparkConfigError
-
             raise SparkConfigError(
                 f"parameter vector of {self.params.size} floats does not fit a network of "
                 f"{network.params.size} parameters"
@@ -123,29 +112,13 @@ class NetworkPayload:
         network.set_params(self.params)  # params may be a host copy of a device network: set, not write
         if self.updater_state is not None:
             network.set_updater_state(self.updater_state)
-        if self.buffers is not None:
+        if self.buffers is not None and isinstance(network, BufferedNetwork):
             network.set_buffers(self.buffers)
         set_counters(network, self.iteration, self.epoch)
-
-    def cached_network(self) -> Any:
-        """The network for this payload, built once per executor process (read-only use)."""
-        with _cache_lock:
-            network = _cache.get(self.key)
-            if network is not None:
-                _cache.move_to_end(self.key)
-                return network
-        network = self.build(device=task_device() if takes_device(self.factory) else None)
-        with _cache_lock:
-            _cache[self.key] = network
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-        return network
 
 
 def takes_device(factory: Any) -> bool:
     """Whether a network class builds on a chosen device (``from_bytes(..., device=)``: TorchNetwork)."""
-    import inspect
-
     if factory is None:
         return False
     try:
@@ -154,16 +127,9 @@ def takes_device(factory: Any) -> bool:
         return False
 
 
-def task_device() -> Any:
-    from psrv.spark.task.device import task_device as choose
-
-    return choose()
-
-
-def buffers_of(network: Any) -> dict[str, np.ndarray] | None:
+def buffers_of(network: Network) -> dict[str, np.ndarray] | None:
     """Host copies of a network's buffers by name (None when it has no such notion, e.g. psrv.nn.Network)."""
-    getter = getattr(network, "get_buffers", None)
-    return getter() if getter is not None else None
+    return network.get_buffers() if isinstance(network, BufferedNetwork) else None
 
 
 def add_buffers(total: dict[str, np.ndarray] | None, buffers: dict[str, np.ndarray] | None
@@ -183,12 +149,12 @@ def mean_buffers(total: dict[str, np.ndarray], count: int) -> dict[str, np.ndarr
     return {name: value / count for name, value in total.items()}
 
 
-def set_counters(network: Any, iteration: int, epoch: int) -> None:
-    """Set a network's iteration/epoch counters (used by learning-rate schedules), where settable."""
-    for name, value in (("iteration", iteration), ("epoch", epoch)):
-        try:
-            setattr(network, name, int(value))
-        except AttributeError:
-            setter = getattr(network, f"set_{name}", None)
-            if setter is not None:
-                setter(int(value))
+def set_counters(network: Network, iteration: int, epoch: int) -> None:
+    """Set a network's iteration/epoch counters (used by learning-rate schedules)."""
+    network.iteration = int(iteration)
+    network.epoch = int(epoch)
+
+
+__all__ = [
+    "NetworkPayload", "add_buffers", "buffers_of", "lineage", "mean_buffers", "set_counters", "takes_device",
+]

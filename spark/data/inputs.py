@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import DataSet
+from psrv.nn.network import Network as LayerNetwork
 from psrv.spark.data.parquet import ParquetColumns, parquet_datasets
 from psrv.spark.errors import SparkInputError
 
@@ -109,11 +110,9 @@ def _plan_hash(frame: Any) -> Any:
 
 def classes_of(network: Any) -> int | None:
     """The number of classes a network's output layer predicts (None for regression outputs)."""
-    layer = getattr(network, "output_layer", None)
-    loss = getattr(getattr(layer, "loss", None), "name", None)
-    if loss == "mse":
+    if isinstance(network, LayerNetwork) and network.output_layer.loss.name == "mse":
         return None
-    outputs = getattr(network, "num_outputs", None)
+    outputs = network.num_outputs
     if outputs is None or outputs == 1:
         return None  # unknown, or a single sigmoid output that takes the 0/1 label as it is
     return int(outputs)

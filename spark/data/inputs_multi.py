@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import MultiDataSet
+from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.data.inputs import ROWS_PER_DATASET, _plan_hash, _vector
 from psrv.spark.errors import SparkInputError
 
@@ -55,10 +56,10 @@ def columns_of(group_list: list[Group]) -> list[str]:
 def output_classes(network: Any) -> list[int | None]:
     """Per output of a TorchNetwork: its class count when its labels are class indices (a softmax output
     of several columns), else None (values taken as they are)."""
-    layout = getattr(network, "layout", None)
-    if layout is None:
-        outputs = getattr(network, "num_outputs", None)
+    if not isinstance(network, TorchNetwork):
+        outputs = network.num_outputs
         return [int(outputs) if outputs and outputs > 1 else None]
+    layout = network.layout
     return [size if activation == "softmax" and size > 1 else None
             for size, activation in zip(layout.output_sizes, layout.activations, strict=True)]
 

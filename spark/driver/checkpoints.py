@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
+from psrv.encoding import threshold_algorithm_from_state
+from psrv.nn.network import Network as LayerNetwork
+from psrv.nn.protocol import Network
+from psrv.nn.serialization import network_from_bytes, network_to_bytes
+from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark import storage
+from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.payload import set_counters
 
@@ -36,26 +42,18 @@ class Checkpoint:
     stopped: bool
 
 
-def _network_bytes(network: Any) -> tuple[str, bytes]:
-    from psrv.nn.network import Network
-
-    if isinstance(network, Network):
-        from psrv.nn.serialization import network_to_bytes
-
+def _network_bytes(network: Network) -> tuple[str, bytes]:
+    if isinstance(network, LayerNetwork):
         return "network", network_to_bytes(network)
     from pyspark import cloudpickle
 
     return "torch", network.to_bytes(pickle_module=cloudpickle)
 
 
-def network_from_record(kind: str, blob: bytes, source: str) -> Any:
+def network_from_record(kind: str, blob: bytes, source: str) -> Network:
     """The network a record's file form holds (``_network_bytes`` wrote it)."""
     if kind == "network":
-        from psrv.nn.serialization import network_from_bytes
-
         return network_from_bytes(blob, source=source)
-    from psrv.nn.torch_adapter import TorchNetwork
-
     return TorchNetwork.from_bytes(blob, source=source)
 
 
@@ -70,7 +68,7 @@ def read_record(path: str, expected_format: str, what: str) -> dict[str, Any]:
     return record
 
 
-def _restore_network(kind: str, blob: bytes, network: Any, source: str) -> None:
+def _restore_network(kind: str, blob: bytes, network: Network, source: str) -> None:
     """Copy a checkpoint's network state into the driver's network object (in place)."""
     saved = network_from_record(kind, blob, source)
     if saved.params.shape != network.params.shape:
@@ -81,7 +79,7 @@ def _restore_network(kind: str, blob: bytes, network: Any, source: str) -> None:
     network.set_params(saved.params)
     network.set_updater_state(saved.updater_state)
     set_counters(network, int(saved.iteration), int(saved.epoch))
-    if getattr(saved, "normalizer", None) is not None:
+    if saved.normalizer is not None:
         network.normalizer = saved.normalizer
 
 
@@ -89,11 +87,11 @@ def checkpoint_path(directory: str, epoch: int) -> str:
     return directory.rstrip("/") + "/" + f"checkpoint-{epoch:06d}{SUFFIX}"
 
 
-def save(spark_context: SparkContext | None, directory: str, network: Any, master: Any, epoch: int,
-         history: list[tuple[int, dict[str, float]]], stopped: bool = False) -> str:
+def save(spark_context: SparkContext | None, directory: str, network: Network, master: TrainingMaster,
+         epoch: int, history: list[tuple[int, dict[str, float]]], stopped: bool = False) -> str:
     """Write the checkpoint of ``epoch`` atomically; returns its path."""
     kind, blob = _network_bytes(network)
-    threshold = getattr(master, "threshold_algorithm", None)
+    threshold = master.threshold_algorithm
     record = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "epoch": int(epoch), "stopped": bool(stopped),
         "history": [[int(e), {k: float(v) for k, v in m.items()}] for e, m in history],
@@ -117,17 +115,15 @@ def newest(spark_context: SparkContext | None, directory: str) -> str | None:
     return max(numbered)[1] if numbered else None
 
 
-def load_newest(spark_context: SparkContext | None, directory: str, network: Any,
-                master: Any) -> Checkpoint | None:
+def load_newest(spark_context: SparkContext | None, directory: str, network: Network,
+                master: TrainingMaster) -> Checkpoint | None:
     """Restore the newest checkpoint into ``network`` (and the master's threshold state)."""
     path = newest(spark_context, directory)
     if path is None:
         return None
     record = read_record(path, FORMAT, "psrv checkpoint")
     _restore_network(record["network_kind"], record["network"], network, path)
-    if record.get("threshold_state") is not None and hasattr(master, "threshold_algorithm"):
-        from psrv.encoding import threshold_algorithm_from_state
-
+    if record.get("threshold_state") is not None and master.threshold_algorithm is not None:
         master.threshold_algorithm = threshold_algorithm_from_state(record["threshold_state"])
     history = [(int(e), dict(m)) for e, m in record.get("history", [])]
     return Checkpoint(path, int(record["epoch"]), history, bool(record.get("stopped", False)))

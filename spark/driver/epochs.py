@@ -14,11 +14,17 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from psrv.spark.errors import SparkConfigError
+from psrv.nn.data import FileDataSetLoader
+from psrv.nn.protocol import Network
+from psrv.spark.data.export import exported_minibatches
+from psrv.spark.driver import checkpoints
+from psrv.spark.driver.master import TrainingMaster
+from psrv.spark.driver.partitioning import repartition_rdd
+from psrv.spark.errors import SparkConfigError, SparkInputError
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -77,7 +83,7 @@ class EarlyStopping:
         return False
 
 
-def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:
+def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:  # a SparkNetwork
     """What the driver's network scores on ``validation_data`` (evaluated on the executors)."""
     result = spark_network.evaluate(validation_data)
     if isinstance(result, list):  # a network of several outputs: the first output's, then each output's
@@ -109,7 +115,7 @@ def _stop_requested(callback: Any, epoch: int, metrics: dict[str, float]) -> boo
 
 
 @contextmanager
-def prepared_data(spark_context: SparkContext, master: Any, network: Any, rdd: RDD,
+def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: Network, rdd: RDD,
                   element_counts: list[int] | None = None) -> Iterator[Callable[[], None]]:
     """A function that trains one epoch on data prepared once for the whole call.
 
@@ -118,27 +124,14 @@ def prepared_data(spark_context: SparkContext, master: Any, network: Any, rdd: R
     ``element_counts`` (elements per partition of ``rdd``, from the driver's checks) spares the balanced
     repartitioning its counting job.
     """
-    from psrv.nn.data import FileDataSetLoader
-    from psrv.spark.data.export import exported_minibatches
-    from psrv.spark.driver.partitioning import repartition_rdd
-
-    approach = getattr(master, "rdd_training_approach", "export")
-    workers_of = getattr(master, "workers", None) or getattr(master, "num_workers", None)
-    workers = int(workers_of(spark_context)) if callable(workers_of) \
-        else int(spark_context.defaultParallelism)
-    strategy = getattr(master, "repartition_strategy", "balanced")
-    keep = getattr(master, "controller_for_call", None)
-    scope = keep(spark_context, network) if callable(keep) else nullcontext()
-    data = repartition_rdd(rdd, workers, master.repartition, strategy, element_counts)
-    if approach == "export":
+    workers = int(master.workers(spark_context))
+    scope = master.controller_for_call(spark_context, network)
+    data = repartition_rdd(rdd, workers, master.repartition, master.repartition_strategy, element_counts)
+    if master.rdd_training_approach == "export":
         started = time.time()
         with exported_minibatches(data, master.batch_size_per_worker, master.export_directory) as paths:
-            record = getattr(master, "_driver_event", None)
-            if callable(record):
-                record("export", started, time.time(), minibatches=len(paths))
+            master.record_driver_event("export", started, time.time(), minibatches=len(paths))
             if not paths:
-                from psrv.spark.errors import SparkInputError
-
                 raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
             with scope:
                 # each epoch in the order a separate fit would train in (the master shuffles the paths
@@ -167,8 +160,6 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                resume: bool = False, element_counts: list[int] | None = None) -> list[EpochRecord]:
     """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
-    from psrv.spark.driver import checkpoints
-
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise SparkConfigError(f"epochs: expected a positive int, got {epochs!r}")
     if resume and checkpoint_dir is None:
@@ -191,7 +182,7 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
             started = time.monotonic()
             train_one_epoch()
             metrics: dict[str, float] = {}
-            score = getattr(master, "last_score", None)
+            score = master.last_score
             if score is not None:
                 metrics["loss"] = float(score)
             if validation_data is not None:

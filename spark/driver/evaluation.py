@@ -8,21 +8,19 @@ returns new, merged objects and leaves the templates untouched.
 from __future__ import annotations
 
 import copy
-import inspect
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from psrv.nn import evaluation as module
 from psrv.spark import storage
-from psrv.spark.data.batching import check_batch_size, chunked, rebatch
+from psrv.spark.data.batching import check_batch_size
 from psrv.spark.errors import EvaluationFileError, SparkInputError, StorageError
 from psrv.spark.payload import NetworkPayload
-from psrv.spark.task.prefetch import PrefetchingIterator
-from psrv.spark.task.worker import path_loader, task_source
+from psrv.spark.task.inference import KeyedInference, OutputInference, PartitionEvaluator, merge_lists
 
 if TYPE_CHECKING:
-    from pyspark import RDD, Broadcast, SparkContext
+    from pyspark import RDD, SparkContext
 
 EVALUATION_FILE_FORMAT = "psrv-evaluations"
 EVALUATION_FILE_VERSION = 1
@@ -31,43 +29,6 @@ EVALUATION_FILE_VERSION = 1
 # --------------------------------------------------------------------------------------------------
 # evaluation
 # --------------------------------------------------------------------------------------------------
-def _eval_batches(network: Any, batches: Iterable[Any], evaluations: list[Any]) -> list[Any]:
-    # network.evaluate is what local evaluation runs, so distributed results equal local ones exactly
-    # (it also widens a single sigmoid output to two classes for Evaluation).
-    for batch in batches:
-        for evaluation in evaluations:
-            network.evaluate(batch, evaluation, batch_size=max(1, batch.num_examples))
-    return evaluations
-
-
-def _merge_lists(left: list[Any] | None, right: list[Any] | None) -> list[Any] | None:
-    if left is None:
-        return right
-    if right is None:
-        return left
-    for mine, theirs in zip(left, right, strict=True):
-        mine.merge(theirs)
-    return left
-
-
-def _partition_evaluator(
-    payload: Broadcast, templates: list[Any], batch_size: int, loader: Any | None, prefetch: int
-) -> Callable[[Iterator[Any]], Iterator[list[Any]]]:
-    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
-
-    def evaluate(items: Iterator[Any]) -> Iterator[list[Any]]:
-        source = task_source(items, loader)
-        if source is None:
-            return
-        network = payload.value.cached_network()
-        # files are read ahead while the network evaluates; in-memory elements need no thread
-        with PrefetchingIterator(source, prefetch if loader is not None else 0) as batches:
-            evaluated = _eval_batches(network, rebatch(batches, batch_size), copy.deepcopy(templates))
-        yield evaluated
-
-    return evaluate
-
-
 def do_evaluation(
     spark_context: SparkContext,
     payload: NetworkPayload,
@@ -96,8 +57,8 @@ def do_evaluation(
     broadcast = spark_context.broadcast(payload)
     try:
         merged = rdd.mapPartitions(
-            _partition_evaluator(broadcast, templates, batch_size, loader, prefetch_num_batches)
-        ).treeAggregate(None, _merge_lists, _merge_lists, depth=max(1, aggregation_depth))
+            PartitionEvaluator(broadcast, templates, batch_size, loader, prefetch_num_batches)
+        ).treeAggregate(None, merge_lists, merge_lists, depth=max(1, aggregation_depth))
     finally:
         broadcast.unpersist()
     return merged if merged is not None else copy.deepcopy(templates)
@@ -106,106 +67,6 @@ def do_evaluation(
 # --------------------------------------------------------------------------------------------------
 # inference
 # --------------------------------------------------------------------------------------------------
-def _split_value(value: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    if isinstance(value, tuple):
-        if len(value) != 2:
-            raise SparkInputError(
-                f"feed_forward_with_key: expected values features or (features, mask), got a tuple of "
-                f"{len(value)}"
-            )
-        features, mask = value
-        return np.asarray(features), None if mask is None else np.asarray(mask)
-    return np.asarray(value), None
-
-
-def _accepts_mask(network: Any) -> bool:
-    try:
-        return "mask" in inspect.signature(network.output).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def masked_output(network: Any, features: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """The network's output; with a mask, masked-out examples (or steps) predict zeros.
-
-    A network whose ``output`` takes a ``mask`` gets it; otherwise the mask is applied to the
-    output's leading axes (per example ``(n,)`` or per step ``(n, t)``).
-    """
-    if mask is None:
-        return network.output(features)
-    if _accepts_mask(network):
-        return network.output(features, mask=mask)
-    output = np.array(network.output(features), copy=True)
-    if mask.shape != output.shape[: mask.ndim]:
-        raise SparkInputError(
-            f"mask of shape {mask.shape} does not match the leading axes of the output {output.shape}"
-        )
-    return output * mask.reshape(mask.shape + (1,) * (output.ndim - mask.ndim)).astype(output.dtype)
-
-
-def _feed_forward_several(network: Any, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
-    """A network of several inputs (values: a list of one array per input) or outputs (predictions: a
-    list of one array per output); no masks."""
-    count = len(network.input_shape) if network.multi_input else 1
-    keys: list[Any] = []
-    columns: list[list[np.ndarray]] = [[] for _ in range(count)]
-    for key, value in chunk:
-        parts = list(value) if network.multi_input and isinstance(value, list | tuple) else [value]
-        if len(parts) != count or (not network.multi_input and isinstance(value, tuple)):
-            raise SparkInputError(
-                f"feed_forward_with_key: this network takes {count} input(s): expected values "
-                f"{'a list of one array per input' if count > 1 else 'features (no mask)'}, got "
-                f"{type(value).__name__}{f' of {len(value)}' if isinstance(value, list | tuple) else ''}")
-        keys.append(key)
-        for i, part in enumerate(parts):
-            columns[i].append(np.asarray(part))
-    outs = network.output([np.stack(c) for c in columns] if network.multi_input else np.stack(columns[0]))
-    outs = outs if network.multi_output else [outs]
-    for j, key in enumerate(keys):
-        yield key, [out[j] for out in outs] if network.multi_output else outs[0][j]
-
-
-def _feed_forward_batch(network: Any, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any, np.ndarray]]:
-    if getattr(network, "multi_input", False) or getattr(network, "multi_output", False):
-        yield from _feed_forward_several(network, chunk)
-        return
-    keys, features, masks = [], [], []
-    for key, value in chunk:
-        x, m = _split_value(value)
-        keys.append(key)
-        features.append(x)
-        masks.append(m)
-    shapes = {x.shape for x in features}
-    if len(shapes) != 1:
-        raise SparkInputError(
-            f"feed_forward_with_key: examples of different shapes in one batch: {sorted(shapes)}"
-        )
-    with_mask = [m is not None for m in masks]
-    if any(with_mask) and not all(with_mask):
-        # compute the two groups separately, keep the input order
-        out: list[np.ndarray | None] = [None] * len(chunk)
-        for flag in (False, True):
-            index = [i for i, w in enumerate(with_mask) if w is flag]
-            part = list(_feed_forward_batch(network, [chunk[i] for i in index]))
-            for i, (_, prediction) in zip(index, part, strict=True):
-                out[i] = prediction
-        yield from zip(keys, out, strict=True)
-        return
-    batch = np.stack(features)
-    mask = np.stack(masks) if all(with_mask) else None
-    predictions = masked_output(network, batch, mask)
-    for i, key in enumerate(keys):
-        yield key, predictions[i]
-
-
-def _checked_pair(pair: Any) -> tuple[Any, Any]:
-    if not isinstance(pair, tuple) or len(pair) != 2:
-        raise SparkInputError(
-            f"feed_forward_with_key: expected (key, value) pairs, got {type(pair).__name__}"
-        )
-    return pair
-
-
 def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, pair_rdd: RDD,
                           batch_size: int) -> RDD:
     """``(key, prediction)`` for each ``(key, features)`` or ``(key, (features, mask))`` of one example.
@@ -215,39 +76,20 @@ def feed_forward_with_key(spark_context: SparkContext, payload: NetworkPayload, 
     """
     check_batch_size(batch_size, "inference batch_size")
     broadcast = spark_context.broadcast(payload)
-
-    def infer(pairs: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, np.ndarray]]:
-        network = None
-        for chunk in chunked(map(_checked_pair, pairs), batch_size):
-            network = network or broadcast.value.cached_network()
-            yield from _feed_forward_batch(network, chunk)
-
-    return pair_rdd.mapPartitions(infer, preservesPartitioning=True)
+    return pair_rdd.mapPartitions(KeyedInference(broadcast, batch_size), preservesPartitioning=True)
 
 
 def outputs_of(spark_context: SparkContext, payload: NetworkPayload, rdd: RDD) -> RDD:
     """The network's output on each element's features (an RDD of DataSets or MultiDataSets, in order):
     an array, or a list of arrays (one per output) for a network of several outputs. Lazy."""
-    from psrv.spark.data.batching import as_batch
-
     broadcast = spark_context.broadcast(payload)
-
-    def infer(items: Iterator[Any]) -> Iterator[Any]:
-        network = None
-        for item in items:
-            batch = as_batch(item)
-            network = network or broadcast.value.cached_network()
-            yield network.output(batch.features)
-
-    return rdd.mapPartitions(infer, preservesPartitioning=True)
+    return rdd.mapPartitions(OutputInference(broadcast), preservesPartitioning=True)
 
 
 # --------------------------------------------------------------------------------------------------
 # saving and loading results
 # --------------------------------------------------------------------------------------------------
 def _evaluation_classes() -> dict[str, type]:
-    from psrv.nn import evaluation as module
-
     return {
         name: getattr(module, name)
         for name in ("Evaluation", "ROC", "ROCMultiClass", "RegressionEvaluation")
@@ -313,3 +155,10 @@ def save_evaluations(
 def load_evaluations(path: str, spark_context: SparkContext | None = None) -> list[Any]:
     """Read back what :func:`save_evaluations` wrote (always a list)."""
     return evaluations_from_json(read_text(path, spark_context), path)
+
+
+__all__ = [
+    "EVALUATION_FILE_FORMAT", "EVALUATION_FILE_VERSION", "do_evaluation", "evaluations_from_json",
+    "evaluations_to_json", "feed_forward_with_key", "load_evaluations", "outputs_of", "read_text",
+    "save_evaluations", "write_text",
+]

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from psrv.nn.protocol import Network
+from psrv.server import Controller
+from psrv.spark.config import VoidConfiguration
+from psrv.transport.keys import generate_keys
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -27,7 +31,7 @@ log = logging.getLogger(__name__)
 class LiveController:
     """A started controller, the address the workers dial, and the keys it was started with."""
 
-    controller: Any
+    controller: Controller
     address: str
     keys: Any
     kept: bool  # True: it outlives one epoch's job (stopped by the fit call that started it)
@@ -35,7 +39,7 @@ class LiveController:
     epochs: int = 0
     baseline: dict[str, Any] = field(default_factory=dict)
 
-    def begin_epoch(self, network: Any) -> None:
+    def begin_epoch(self, network: Network) -> None:
         """Before an epoch's job: the driver's updater state (averaged over the workers) becomes the
         one joining nodes download; parameters the driver changed since the last epoch (a callback, a
         user) replace the master copy. Unchanged ones stay: updates that reached the controller after
@@ -49,7 +53,7 @@ class LiveController:
         self.baseline = controller.counters_.snapshot()
         self.epochs += 1
 
-    def end_epoch(self, network: Any) -> None:
+    def end_epoch(self, network: Network) -> None:
         self.handed = np.array(network.params, copy=True)
 
     @property
@@ -83,14 +87,11 @@ class LiveController:
 _GAUGES = frozenset({"node_id", "mesh_version", "params_sum", "params_abs_sum", "params_crc32"})
 
 
-def start_controller(conf: Any, spark_context: SparkContext, network: Any, kept: bool) -> LiveController:
+def start_controller(conf: VoidConfiguration, spark_context: SparkContext, network: Network,
+                     kept: bool) -> LiveController:
     """A controller holding ``network``'s parameters and updater state (keys generated when secure)."""
-    from psrv.server import Controller
-
     keys = None
     if conf.secure:
-        from psrv.transport.keys import generate_keys
-
         keys = generate_keys()
     host = conf.controller_host(spark_context.getConf().get("spark.driver.host"))
     controller = Controller(

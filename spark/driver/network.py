@@ -11,12 +11,19 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from psrv.nn.data import FileDataSetLoader
+from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
+from psrv.nn.network import Network as LayerNetwork
+from psrv.nn.protocol import Network
+from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.data.batching import check_batch_size
 from psrv.spark.data.inputs import classes_of, dataframe_to_datasets, is_dataframe
 from psrv.spark.data.inputs_multi import dataframe_to_multidatasets, is_multi_columns
 from psrv.spark.driver import evaluation as distributed
 from psrv.spark.driver import preflight, shipping
+from psrv.spark.driver.epochs import run_epochs
 from psrv.spark.driver.job_errors import worker_errors
+from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.partitioning import needs_repartition
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.observe.metrics import watching
@@ -45,7 +52,8 @@ class SparkNetwork:
     ``label_col`` one column per output (psrv.spark.data.inputs_multi).
     """
 
-    def __init__(self, spark_context: SparkContext, network: Any, training_master: Any | None = None, *,
+    def __init__(self, spark_context: SparkContext, network: Network,
+                 training_master: TrainingMaster | None = None, *,
                  eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
                  features_col: str | Sequence[Any] = "features", label_col: str | Sequence[str] = "label",
                  check_data: bool = True) -> None:
@@ -53,9 +61,8 @@ class SparkNetwork:
             spark_context = spark_context.sparkContext  # a SparkSession was given
         if spark_context is None or not hasattr(spark_context, "parallelize"):
             raise SparkConfigError(f"expected a SparkContext, got {type(spark_context).__name__}")
-        for attribute in ("params", "get_config", "output"):
-            if not hasattr(network, attribute):
-                raise SparkConfigError(f"expected a psrv.nn.Network, got {type(network).__name__}")
+        if not isinstance(network, Network):
+            raise SparkConfigError(f"expected a psrv.nn.Network, got {type(network).__name__}")
         self.spark_context = spark_context
         self.network = network
         self.training_master = training_master
@@ -80,7 +87,7 @@ class SparkNetwork:
             raise SparkInputError(f"expected an RDD of DataSets or a DataFrame, got {type(data).__name__}")
         return data
 
-    def _master(self) -> Any:
+    def _master(self) -> TrainingMaster:
         if self.training_master is None:
             raise SparkConfigError(
                 "this SparkNetwork has no training master: pass one, e.g. "
@@ -114,8 +121,6 @@ class SparkNetwork:
                 with worker_errors("fit"):  # one epoch, exactly as the training master trains it
                     master.execute_training(self.spark_context, self.network, rdd)
                 return self.network
-            from psrv.spark.driver.epochs import run_epochs
-
             counts = profile.element_counts() if profile is not None else None
             with worker_errors("fit"):
                 self.history = run_epochs(self, rdd, epochs, validation_data, callbacks, checkpoint_dir,
@@ -140,28 +145,23 @@ class SparkNetwork:
         with worker_errors("fit (checking the data)"):
             profile = preflight.profile(rdd)
         master = self._master()
-        batch_size = getattr(master, "batch_size_per_worker", None)
-        if batch_size is not None:
-            workers_of = getattr(master, "workers", None) or getattr(master, "num_workers", None)
-            workers = int(workers_of(self.spark_context)) if callable(workers_of) else \
-                max(1, int(self.spark_context.defaultParallelism))
-            repartitioned = needs_repartition(getattr(master, "repartition", "always"),
-                                              rdd.getNumPartitions(), workers)
-            preflight.check_batch_fits(int(batch_size), profile, workers, repartitioned)
+        workers = int(master.workers(self.spark_context))
+        repartitioned = needs_repartition(master.repartition, rdd.getNumPartitions(), workers)
+        preflight.check_batch_fits(int(master.batch_size_per_worker), profile, workers, repartitioned)
         preflight.check_sample(self.network, profile.sample, self.label_col)
         return profile
 
-    def get_network(self) -> Any:
+    def get_network(self) -> Network:
         """The driver's network (trained in place by ``fit``)."""
         return self.network
 
     def get_score(self) -> float | None:
         """Mean training loss of the last averaging round / last fit, if known."""
-        return getattr(self.training_master, "last_score", None)
+        return self.training_master.last_score if self.training_master is not None else None
 
     def get_training_stats(self) -> list[dict[str, Any]]:
         """Per-worker wall-clock events collected with ``collect_training_stats=True``."""
-        return list(getattr(self.training_master, "training_stats", []) or [])
+        return list(self.training_master.training_stats) if self.training_master is not None else []
 
     # -- evaluation ---------------------------------------------------------------------------------
     def _payload(self) -> NetworkPayload:
@@ -176,8 +176,6 @@ class SparkNetwork:
     def do_evaluation_paths(self, paths_rdd: RDD, batch_size: int | None, evaluations: Sequence[Any],
                             loader: Any | None = None) -> list[Any]:
         """As :meth:`do_evaluation`, over minibatch files read with ``loader`` (default: psrv's form)."""
-        from psrv.nn.data import FileDataSetLoader
-
         shipping.check_loader(loader, self.spark_context)
         with worker_errors("evaluation"):
             return distributed.do_evaluation(self.spark_context, self._payload(), paths_rdd,
@@ -187,12 +185,10 @@ class SparkNetwork:
     def _classification(self) -> Any:
         """What ``Network.evaluate`` picks by default: regression metrics for an MSE output, else
         classification (a single sigmoid output counts as two classes)."""
-        from psrv.nn.evaluation import Evaluation, RegressionEvaluation
-
-        if getattr(self.network, "multi_output", False):  # one evaluation per output (psrv.nn.torch_io)
-            return self.network.layout.default_evaluations()
-        loss = getattr(getattr(getattr(self.network, "output_layer", None), "loss", None), "name", None)
-        if loss == "mse":
+        network = self.network
+        if isinstance(network, TorchNetwork) and network.multi_output:  # one per output (psrv.nn.torch_io)
+            return network.layout.default_evaluations()
+        if isinstance(network, LayerNetwork) and network.output_layer.loss.name == "mse":
             return RegressionEvaluation()
         classes = classes_of(self.network)
         return Evaluation(num_classes=classes if classes is not None else 2)
@@ -208,21 +204,15 @@ class SparkNetwork:
 
     def evaluate_roc(self, data: Any, threshold_steps: int = 0, batch_size: int | None = None) -> Any:
         """Binary ROC (exact when ``threshold_steps`` is 0)."""
-        from psrv.nn.evaluation import ROC
-
         return self.do_evaluation(data, batch_size, [ROC(threshold_steps)])[0]
 
     def evaluate_roc_multi_class(self, data: Any, threshold_steps: int = 0,
                                  batch_size: int | None = None) -> Any:
         """One-vs-all ROC per class."""
-        from psrv.nn.evaluation import ROCMultiClass
-
         return self.do_evaluation(data, batch_size, [ROCMultiClass(threshold_steps)])[0]
 
     def evaluate_regression(self, data: Any, batch_size: int | None = None) -> Any:
         """MSE, MAE, RMSE, R^2 per output column."""
-        from psrv.nn.evaluation import RegressionEvaluation
-
         return self.do_evaluation(data, batch_size, [RegressionEvaluation()])[0]
 
     # -- inference ----------------------------------------------------------------------------------
@@ -253,8 +243,7 @@ class SparkNetwork:
     def delete_temp_files(self) -> int:
         """Remove the data exports the training master wrote in psrv's default location (files under a
         user-given ``export_directory`` are kept); the next ``fit`` exports again."""
-        delete = getattr(self.training_master, "delete_temp_files", None)
-        return int(delete()) if delete is not None else 0
+        return int(self.training_master.delete_temp_files()) if self.training_master is not None else 0
 
     def close(self) -> None:
         """Release what this SparkNetwork holds on the cluster (its temporary exports)."""
@@ -265,3 +254,6 @@ class SparkNetwork:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = ["DEFAULT_EVAL_BATCH_SIZE", "SparkNetwork"]

@@ -2,8 +2,8 @@
 
 Each round: broadcast the parameters (and updater state), every worker fits
 ``averaging_frequency`` minibatches of its share, the results are tree-aggregated and averaged
-on the driver. Rounds repeat until every minibatch of the data was used once (one epoch per
-``fit`` call).
+on the driver (the round's task side: psrv.spark.task.averaging). Rounds repeat until every
+minibatch of the data was used once (one epoch per ``fit`` call).
 """
 
 from __future__ import annotations
@@ -11,116 +11,29 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
+from psrv.nn.protocol import Network
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
+from psrv.spark.driver.master import driver_event
 from psrv.spark.driver.partitioning import parse_repartition, parse_strategy, repartition_rdd
 from psrv.spark.errors import SparkInputError
 from psrv.spark.observe.metrics import check_loggers, publish_round
-from psrv.spark.observe.worker_logs import WorkerLogCapture, relay_worker_logs
-from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, mean_buffers, set_counters
-from psrv.spark.task.prefetch import PrefetchingIterator, check_prefetch_num_batches
-from psrv.spark.task.worker import (
-    EventLog,
-    driver_event,
-    partition_id,
-    path_loader,
-    task_source,
-    timed_batches,
-    training_network,
-    worker_id,
-)
+from psrv.spark.observe.worker_logs import relay_worker_logs
+from psrv.spark.payload import NetworkPayload, mean_buffers, set_counters
+from psrv.spark.task.averaging import RoundTrainer
+from psrv.spark.task.prefetch import check_prefetch_num_batches
+from psrv.spark.task.results import add_results
 
 if TYPE_CHECKING:
-    from pyspark import RDD, Broadcast, SparkContext
+    from pyspark import RDD, SparkContext
 
 log = logging.getLogger(__name__)
-
-class RoundResult:
-    """Sums over the workers of one round (so that tree aggregation is a plain add)."""
-
-    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
-                 "logs", "buffers")
-
-    def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
-                 examples: int, events: list[dict[str, Any]],
-                 buffers: dict[str, np.ndarray] | None = None) -> None:
-        self.params = params
-        self.updater_state = updater_state
-        self.workers = 1
-        self.steps = steps
-        self.max_steps = steps
-        self.loss_sum = loss_sum
-        self.examples = examples
-        self.events = events
-        self.logs: list[dict[str, Any]] = []  # psrv.spark.observe.worker_logs records
-        self.buffers = add_buffers(None, buffers)  # float64 sums by name, averaged like the params
-
-
-def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
-    if left is None:
-        return right
-    if right is None:
-        return left
-    left.params += right.params
-    if left.updater_state is not None and right.updater_state is not None:
-        left.updater_state += right.updater_state
-    left.workers += right.workers
-    left.steps += right.steps
-    left.max_steps = max(left.max_steps, right.max_steps)
-    left.loss_sum += right.loss_sum
-    left.examples += right.examples
-    left.events.extend(right.events)
-    left.logs.extend(getattr(right, "logs", []))
-    left.buffers = add_buffers(left.buffers, right.buffers)
-    return left
-
-
-def _round_trainer(
-    payload: Broadcast, loader: Any | None, prefetch: int, collect_stats: bool, round_number: int
-) -> Callable[[Iterator[Any]], Iterator[RoundResult]]:
-    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
-
-    def train(items: Iterator[Any]) -> Iterator[RoundResult]:
-        batches = task_source(items, loader)
-        if batches is None:
-            return  # an empty share: this worker sits the round out, the average skips it
-        capture = WorkerLogCapture(worker=worker_id(), partition=partition_id()).attach()
-        events = EventLog(collect_stats, worker=worker_id(), partition=partition_id(), round=round_number)
-        started = events.now()
-        network = training_network(payload.value)
-        events.add("setup", started, events.now())
-        steps, loss_sum, examples = 0, 0.0, 0
-        with PrefetchingIterator(batches, prefetch) as prefetched:
-            for batch, step_start in timed_batches(prefetched, events):
-                # a torch network keeps the step on its device (no host round trip per step)
-                compute = getattr(network, "compute_update_tensor", network.compute_update)
-                update, loss = compute(batch.features, batch.labels, batch.labels_mask)
-                network.apply_update(update)
-                events.add("fit", step_start, events.now(), loss=float(loss), examples=batch.num_examples,
-                           iteration=int(network.iteration))
-                steps += 1
-                loss_sum += float(loss) * batch.num_examples
-                examples += batch.num_examples
-        with_updater = payload.value.updater_state is not None
-        result = RoundResult(
-            network.params.astype(np.float64),
-            network.updater_state.astype(np.float64) if with_updater else None,
-            steps,
-            loss_sum,
-            examples,
-            events.events,
-            buffers_of(network),
-        )
-        result.logs = capture.detach()
-        yield result
-
-    return train
-
 
 class ParameterAveragingTrainingMaster:
     """Synchronous data-parallel training by averaging parameters every few minibatches.
@@ -155,6 +68,8 @@ class ParameterAveragingTrainingMaster:
         self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
         self.collect_training_stats = bool(collect_training_stats)
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
+        self.progress: Any = False  # no live progress: a round is a short synchronous job
+        self.threshold_algorithm: Any = None  # nothing is encoded
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self._exports = ExportCache()  # exports of the data fitted, reused by later fits
@@ -170,25 +85,31 @@ class ParameterAveragingTrainingMaster:
         )
 
     # -- entry points (called by SparkNetwork) ---------------------------------------------------
-    def num_workers(self, spark_context: SparkContext) -> int:
+    def workers(self, spark_context: SparkContext) -> int:
+        """Spark's default parallelism (the total executor cores)."""
         return max(1, int(spark_context.defaultParallelism))
 
-    def execute_training(self, spark_context: SparkContext, network: Any, rdd: RDD) -> None:
+    @contextmanager
+    def controller_for_call(self, spark_context: SparkContext, network: Network) -> Iterator[None]:
+        """Nothing outlives an epoch here (every round broadcasts the parameters afresh)."""
+        yield
+
+    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
         """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
-        workers = self.num_workers(spark_context)
+        workers = self.workers(spark_context)
         data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
         if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
             started = time.time()
             paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
                                                   self.export_directory,
                                                   (self.repartition, self.repartition_strategy))
-            self._driver_event("export", started, time.time(), minibatches=len(paths))
+            self.record_driver_event("export", started, time.time(), minibatches=len(paths))
             self._train_paths(spark_context, network, paths, FileDataSetLoader())
         else:
             self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1
 
-    def execute_training_paths(self, spark_context: SparkContext, network: Any, paths_rdd: RDD,
+    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
         """One epoch over minibatch files (one minibatch per path, read with ``loader``)."""
         paths = paths_rdd.collect()
@@ -198,28 +119,28 @@ class ParameterAveragingTrainingMaster:
         self._train_paths(spark_context, network, paths, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_paths(self, spark_context: SparkContext, network: Any, paths: Sequence[str],
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
                              loader: Any | None = None) -> None:
         """One epoch over minibatch files listed on the driver (an export made once per call)."""
         self._train_paths(spark_context, network, list(paths), loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
         """One epoch over data already repartitioned for the workers (and cached) once per call."""
         self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1
 
     # -- the rounds ------------------------------------------------------------------------------
-    def _order(self, network: Any, count: int) -> np.ndarray:
+    def _order(self, network: Network, count: int) -> np.ndarray:
         """A fresh order of the minibatches each epoch (reproducible from the network's seed)."""
         return np.random.default_rng([int(network.seed), int(network.epoch), 17]).permutation(count)
 
     def _train_paths(
-        self, spark_context: SparkContext, network: Any, paths: Sequence[str], loader: Any
+        self, spark_context: SparkContext, network: Network, paths: Sequence[str], loader: Any
     ) -> None:
         if not paths:
             raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
-        workers = self.num_workers(spark_context)
+        workers = self.workers(spark_context)
         order = self._order(network, len(paths))
         shuffled = [paths[i] for i in order]
         per_round = workers * self.averaging_frequency
@@ -229,7 +150,7 @@ class ParameterAveragingTrainingMaster:
             used = min(workers, len(share))
             self._round(spark_context, network, spark_context.parallelize(share, used), loader, number)
 
-    def _train_direct(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+    def _train_direct(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
         """Re-batch in memory, deal the minibatches to (round, worker) partitions with one shuffle per
         epoch, then run each round as a job over just that round's partitions."""
         batch_size = self.batch_size_per_worker
@@ -238,7 +159,7 @@ class ParameterAveragingTrainingMaster:
             count = minibatches.count()
             if count == 0:
                 raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
-            workers = self.num_workers(spark_context)
+            workers = self.workers(spark_context)
             freq = self.averaging_frequency
             per_round = workers * freq
             rounds = math.ceil(count / per_round)
@@ -264,14 +185,14 @@ class ParameterAveragingTrainingMaster:
         finally:
             minibatches.unpersist()
 
-    def _round(self, spark_context: SparkContext, network: Any, share: RDD, loader: Any | None,
+    def _round(self, spark_context: SparkContext, network: Network, share: RDD, loader: Any | None,
                number: int, partitions: list[int] | None = None) -> None:
         """One averaging round over ``share`` (or only over its ``partitions`` when given)."""
         started = time.time()
         payload = NetworkPayload.from_network(network, with_updater=self.save_updater)
         broadcast = spark_context.broadcast(payload)
         try:
-            trainer = _round_trainer(broadcast, loader, self.worker_prefetch_num_batches,
+            trainer = RoundTrainer(broadcast, loader, self.worker_prefetch_num_batches,
                                      self.collect_training_stats or bool(self.loggers), number)
             if partitions is None:
                 result = share.mapPartitions(trainer).treeAggregate(
@@ -300,11 +221,15 @@ class ParameterAveragingTrainingMaster:
         publish_round(self.loggers, network, payload.epoch, result.events,
                       {"score": self.last_score, "workers": result.workers, "examples": result.examples},
                       time.time() - started)
-        self._driver_event("averaging", started, time.time(), round=number, workers=result.workers,
+        self.record_driver_event("averaging", started, time.time(), round=number, workers=result.workers,
                            steps=result.steps, score=self.last_score)
         log.debug("round %d: %d workers, %d steps, score %s", number, result.workers, result.steps,
                   self.last_score)
 
-    def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+    def record_driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        """Add a driver event to ``training_stats`` (with ``collect_training_stats``)."""
         if self.collect_training_stats:
             self.training_stats.append(driver_event(kind, start, end, **fields))
+
+
+__all__ = ["ParameterAveragingTrainingMaster"]

@@ -101,3 +101,9 @@ def repartition_rdd(
             return rdd
         return balanced_repartition(rdd, num_workers, counts)
     return rdd.repartition(num_workers)
+
+
+__all__ = [
+    "Repartition", "RepartitionStrategy", "balanced_repartition", "needs_repartition", "parse_repartition",
+    "parse_strategy", "repartition_rdd",
+]

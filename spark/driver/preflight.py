@@ -10,17 +10,18 @@ rather than clamping silently, because a clamped batch changes the optimisation 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from psrv.nn.data import MultiDataSet
+from psrv.nn.protocol import MultiIONetwork, Network, is_multi_io
 from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.task.profile import profile_partition
 
 if TYPE_CHECKING:
     from pyspark import RDD
-
-SAMPLE_ROWS = 2
 
 
 def check_columns(columns: Sequence[str], features_col: str, label_col: str) -> None:
@@ -62,22 +63,9 @@ class DataProfile:
         return shares
 
 
-def _profile_partition(items: Iterator[Any]) -> Iterator[tuple[list[int], Any]]:
-    from psrv.spark.data.batching import as_batch
-
-    sizes: list[int] = []
-    sample = None
-    for item in items:
-        dataset = as_batch(item)
-        sizes.append(int(dataset.num_examples))
-        if sample is None and dataset.num_examples:
-            sample = dataset.subset(slice(0, min(SAMPLE_ROWS, dataset.num_examples)))
-    yield sizes, sample
-
-
 def profile(rdd: RDD) -> DataProfile:
     """One light pass over an RDD of DataSets: element sizes per partition and a sample."""
-    parts = rdd.mapPartitions(_profile_partition).collect()
+    parts = rdd.mapPartitions(profile_partition).collect()
     sample = next((s for _, s in parts if s is not None), None)
     return DataProfile([sizes for sizes, _ in parts], sample)
 
@@ -100,17 +88,14 @@ def _per_example_shape(array: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in np.shape(array)[1:])
 
 
-def check_sample(network: Any, sample: Any, label_col: str | None = None) -> None:
+def check_sample(network: Network, sample: Any, label_col: str | None = None) -> None:
     """The sample's features and labels fit the network (``input_shape`` named when they do not)."""
     if sample is None:
         return
-    from psrv.nn.data import MultiDataSet
-
-    if isinstance(sample, MultiDataSet) or getattr(network, "multi_input", False) \
-            or getattr(network, "multi_output", False):
+    if isinstance(sample, MultiDataSet) or is_multi_io(network):
         check_multi_sample(network, sample)
         return
-    input_shape = tuple(getattr(network, "input_shape", ()) or ())
+    input_shape = tuple(network.input_shape or ())
     features = _per_example_shape(sample.features)
     if input_shape and features != input_shape and int(np.prod(features)) != int(np.prod(input_shape)):
         raise SparkInputError(
@@ -127,7 +112,7 @@ def check_sample(network: Any, sample: Any, label_col: str | None = None) -> Non
             f"network input_shape={input_shape}): {type(exc).__name__}: {first}; check input_shape against "
             "the data and the module's first layer"
         ) from exc
-    outputs = getattr(network, "num_outputs", None)
+    outputs = network.num_outputs
     labels = _per_example_shape(sample.labels)
     if outputs is not None and labels and int(np.prod(labels)) != int(outputs):
         where = f" (label_col={label_col!r})" if label_col else ""
@@ -137,15 +122,16 @@ def check_sample(network: Any, sample: Any, label_col: str | None = None) -> Non
         )
 
 
-def check_multi_sample(network: Any, sample: Any) -> None:
+def check_multi_sample(network: Network, sample: Any) -> None:
     """A sample of MultiDataSets (or DataSets) against a network of several inputs/outputs: as many
     feature and label arrays as the module takes and gives, each of the right shape, and one forward pass."""
     features = sample.features if isinstance(sample.features, list) else [sample.features]
     labels = sample.labels if isinstance(sample.labels, list) else [sample.labels]
-    shapes = tuple(getattr(network, "input_shape", ()) or ())
-    if not getattr(network, "multi_input", False):
+    several = isinstance(network, MultiIONetwork)
+    shapes = tuple(network.input_shape or ())
+    if not (several and network.multi_input):
         shapes = (shapes,)
-    sizes = tuple(getattr(network, "output_sizes", ()) or (getattr(network, "num_outputs", None),))
+    sizes = tuple(network.output_sizes) if several else (network.num_outputs,)
     if len(features) != len(shapes) or len(labels) != len(sizes):
         kind = type(network).__name__
         hint = (" (psrv.nn.Network is sequential: one input, one output; use psrv.nn.TorchNetwork with an "

@@ -4,7 +4,8 @@ The driver starts a controller holding the master copy of the parameters and shi
 configuration, CurveZMQ keys and initial parameters to the tasks. Each partition's task starts a
 node pointed at the controller (which downloads the current parameters: a retried task catches up),
 trains over its data with a prefetching iterator, encodes every update with its residual, applies
-the encoded update locally and submits it, then leaves. ``fit`` returns when the job ends; the
+the encoded update locally and submits it, then leaves (psrv.spark.task.sharing, what this master
+maps over the partitions). ``fit`` returns when the job ends; the
 driver's network then holds the controller's parameters, the workers' averaged updater state and
 the averaged threshold state. ``fit(epochs=N)`` runs one job per epoch but keeps one controller (its
 keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.driver.live_controller).
@@ -13,22 +14,22 @@ keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.d
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn.data import FileDataSetLoader
+from psrv.nn.protocol import Network
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
 from psrv.spark.driver.live_controller import LiveController, start_controller
+from psrv.spark.driver.master import driver_event
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
@@ -37,24 +38,14 @@ from psrv.spark.errors import (
     SparkInputError,
     TrainingJobError,
 )
-from psrv.spark.observe.metrics import check_loggers, elements_sent, publish_shared_fit
-from psrv.spark.observe.progress import LiveProgress, LossAverage, check_progress, report_progress
-from psrv.spark.observe.worker_logs import WorkerLogCapture, relay_worker_logs
-from psrv.spark.payload import NetworkPayload, add_buffers, buffers_of, lineage, mean_buffers, set_counters
-from psrv.spark.task.device import DeviceSharing, wants_device_sharing
-from psrv.spark.task.prefetch import PrefetchingIterator, check_prefetch_num_batches
-from psrv.spark.task.worker import (
-    EventLog,
-    driver_event,
-    keep_residual,
-    partition_id,
-    path_loader,
-    take_residual,
-    task_source,
-    timed_batches,
-    training_network,
-    worker_id,
-)
+from psrv.spark.observe.metrics import check_loggers, publish_shared_fit
+from psrv.spark.observe.progress import LiveProgress, check_progress
+from psrv.spark.observe.worker_logs import relay_worker_logs
+from psrv.spark.payload import NetworkPayload, add_buffers, lineage, mean_buffers, set_counters
+from psrv.spark.task.prefetch import check_prefetch_num_batches
+from psrv.spark.task.results import WorkerResult
+from psrv.spark.task.setup import WorkerSetup
+from psrv.spark.task.sharing import SharingTrainer
 
 if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
@@ -67,239 +58,6 @@ _DRAIN_MIN_S = 2.0
 # fails it first. A task's Python worker may take tens of seconds to start and import torch on a busy
 # executor, after Spark counts the task as started; the watchdog leaves it that long.
 _TASK_STARTUP_SLACK_S = 60.0
-
-
-@dataclass
-class WorkerSetup:
-    """Everything a task needs, broadcast once per fit (picklable, no sockets)."""
-
-    job_id: str
-    controller_address: str
-    transport: Any  # psrv.transport.TransportConfig for the nodes (keys included when secure)
-    network_mask: str | None
-    payload: NetworkPayload
-    threshold_state: dict
-    post_processor_state: dict
-    prefetch: int
-    debug: bool
-    collect_stats: bool
-    fault_kill_after_steps: int | None = None  # test-only: kill the first attempt of partition 0
-    session_id: str = ""  # one training master: residuals carry over between its fits
-    check_replicas: bool = True  # each task checks its final replica against the master (see below)
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass
-class WorkerResult:
-    partition: int
-    attempt: int
-    steps: int
-    examples: int
-    loss_sum: float
-    messages: int
-    bytes_sent: int
-    updater_state: np.ndarray
-    threshold_state: dict
-    events: list[dict[str, Any]]
-    counters: dict[str, Any]
-    replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
-    logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
-    buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
-
-
-def _maybe_kill(setup: WorkerSetup, steps: int) -> None:
-    """The test-only fault hook: the first attempt of partition 0 dies like a crashed executor."""
-    if setup.fault_kill_after_steps is None or steps != setup.fault_kill_after_steps:
-        return
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
-        log.warning("fault hook: killing the Python worker %s of partition 0 after %d steps",
-                    os.getpid(), steps)
-        os._exit(17)
-
-
-def route_source_address(address: str) -> str | None:
-    """The local IP this host would use to reach ``address`` ("host:port"), or None.
-
-    A UDP socket's connect() sends nothing; it only asks the routing table which interface
-    leads there — the address the controller can reach this node back at.
-    """
-    from psrv.spark.config import split_address
-
-    try:
-        host, port = split_address(address)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, port or 9))
-            return str(probe.getsockname()[0])
-    except (OSError, ValueError):
-        return None
-
-
-def _start_node(setup: WorkerSetup, network: Any, part: int, sharing: Any = None) -> Any:
-    from psrv.server.node import Node
-    from psrv.transport import TransportError
-
-    config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
-    if setup.network_mask is None and not os.environ.get("PSRV_IP", "").strip():
-        # no mask given: bind the interface that routes to the controller (not loopback on a cluster)
-        config = config.replace(host=route_source_address(setup.controller_address))
-    if sharing is not None:  # a device network: the node decodes through hooks, downloads to the host
-        node = Node(config, sharing.node_params, setup.controller_address, want_updater_state=True,
-                    **sharing.node_hooks())
-    else:
-        node = Node(config, network.params, setup.controller_address, want_updater_state=True)
-    try:
-        node.start()
-    except TransportError as exc:
-        node.stop(timeout_s=2.0)
-        raise ControllerUnreachableError(
-            f"worker {worker_id()} (partition {part}) could not join the psrv controller at "
-            f"{setup.controller_address} (network mask {setup.network_mask!r}; set VoidConfiguration."
-            f"network_mask / controller_address, or PSRV_IP): {exc}"
-        ) from exc
-    return node
-
-
-def _wait_acknowledged(node: Any, heartbeat_s: float, missed_beats: int) -> bool:
-    """Stay in the mesh until the controller holds every update this node sent, so that nothing a
-    relay dropped is lost when the task leaves (the node re-sends what the controller's watermark
-    lacks after two silent beats). Bounded: two beats of waiting, the re-send quiet period, slack.
-    """
-    from psrv.transport import TransportError
-
-    try:
-        return node.wait_acknowledged(timeout_s=heartbeat_s * (missed_beats + 4))
-    except TransportError as exc:  # the node stopped: leave without the acknowledgement, as before
-        log.warning("worker %s: no acknowledgement of its updates before leaving: %s", worker_id(), exc)
-        return False
-
-
-def _check_replica(node: Any, heartbeat_s: float, missed_beats: int, sharing: Any = None) -> dict[str, Any]:
-    """The central invariant, checked where it can break: this replica against the master copy
-    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download.
-    A device network's live replica is its device parameters (copied to the host for the check)."""
-    current = (lambda: sharing.network.params) if sharing is not None else None
-    check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0, current=current)
-    if check.diverged:
-        log.error("worker %s: its replica DIFFERS from the master copy: %s", worker_id(), check.detail)
-    return check.as_dict()
-
-
-def _partition_trainer(
-    setup_broadcast: Broadcast, loader: Any | None
-) -> Callable[[Iterator[Any]], Iterator[WorkerResult]]:
-    # the loader travels in the closure (cloudpickle), not in the broadcast (plain pickle), so a
-    # loader class defined in a notebook or __main__ works too
-    loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
-
-    def train(items: Iterator[Any]) -> Iterator[WorkerResult]:
-        from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
-        from pyspark import TaskContext
-
-        batches = task_source(items, loader)
-        if batches is None:
-            return  # nothing to train on: this task never joins
-        setup: WorkerSetup = setup_broadcast.value
-        part = partition_id()
-        context = TaskContext.get()
-        attempt = int(context.attemptNumber()) if context is not None else 0
-        capture = WorkerLogCapture(worker=worker_id(), partition=part, attempt=attempt).attach()
-        events = EventLog(setup.collect_stats, worker=worker_id(), partition=part, attempt=attempt,
-                          epoch=int(setup.payload.epoch))
-        started = events.now()
-        network = training_network(setup.payload)
-        events.add("setup", started, events.now(), device=str(getattr(network, "device", "cpu")))
-
-        on_device = wants_device_sharing(network, bool(setup.extra.get("device_sharing")))
-        encoder = ResidualEncoder(
-            network.num_params,
-            dtype=network.params.dtype,
-            threshold_algorithm=threshold_algorithm_from_state(setup.threshold_state),
-            post_processor=post_processor_from_state(setup.post_processor_state),
-            debug=setup.debug,
-            device=network.device if on_device else None,
-        )
-        sharing = DeviceSharing(network, encoder) if on_device else None
-        caught_up = events.now()
-        node = _start_node(setup, network, part, sharing)
-        events.add("catch_up", caught_up, events.now(), restart=bool(node.restart))
-        if node.updater_state is not None and node.updater_state.size == network.updater_state.size:
-            network.set_updater_state(node.updater_state)
-        carried = take_residual(setup.session_id)
-        if carried is not None and tuple(carried.shape) == tuple(encoder.residual.shape):
-            if sharing is not None:
-                sharing.set_residual(carried)
-            else:
-                encoder.residual[...] = carried
-            events.add("residual_carried", events.now(), events.now(),
-                       residual_abs_sum=float(np.abs(carried).sum()))
-
-        steps = examples = messages = bytes_sent = 0
-        loss_sum = 0.0
-        loss_average = LossAverage()
-        try:
-            with PrefetchingIterator(batches, setup.prefetch) as prefetched:
-                for batch, step_start in timed_batches(prefetched, events):
-                    compute = network.compute_update if sharing is None else network.compute_update_tensor
-                    update, loss = compute(batch.features, batch.labels, batch.labels_mask)
-                    encode_start = events.now()
-                    message = encoder.encode_update(update)
-                    encode_end = events.now()
-                    sent = 0
-                    if message is not None and sharing is not None:  # on the device; host copy sent
-                        sent = sharing.submit(node, message, int(network.iteration), int(network.epoch))
-                    elif message is not None:
-                        node.submit(message, iteration=int(network.iteration), epoch=int(network.epoch),
-                                    apply_locally=True)
-                        sent = int(message.nbytes)
-                    if message is not None:
-                        messages += 1
-                        bytes_sent += sent
-                    stats = encoder.last_stats
-                    if setup.debug and stats is not None:
-                        capture.debug_stats(int(network.iteration), stats)
-                    events.add("fit", step_start, encode_start, loss=float(loss), examples=batch.num_examples,
-                               iteration=int(network.iteration))
-                    elements = elements_sent(message) if message is not None and events.enabled else 0
-                    events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
-                               threshold=float(encoder.threshold_algorithm.threshold), bytes=sent,
-                               elements=elements, sparsity=elements / max(1, network.num_params))
-                    steps += 1
-                    examples += batch.num_examples
-                    loss_sum += float(loss) * batch.num_examples
-                    report_progress(node, partition=part, epoch=int(network.epoch), steps=steps,
-                                    examples=examples, loss=loss_average.add(float(loss)))
-                    _maybe_kill(setup, steps)
-            replica = None
-            if setup.check_replicas:  # first: its snapshot also acknowledges this node's updates
-                check_start = events.now()
-                replica = _check_replica(node, setup.transport.heartbeat_s, setup.transport.missed_beats,
-                                         sharing)
-                events.add("replica_check", check_start, events.now(), status=replica["status"])
-            flush_start = events.now()
-            acknowledged = _wait_acknowledged(node, setup.transport.heartbeat_s, setup.transport.missed_beats)
-            events.add("flush", flush_start, events.now(), acknowledged=acknowledged)
-            counters = node.counters()
-            if setup.collect_stats:
-                events.events.append({**events.common, "kind": "metrics", "time": events.now(),
-                                      "iteration": int(network.iteration),
-                                      "bytes_received": int(counters.get("bytes_in", 0)),
-                                      "bytes_sent_total": int(counters.get("bytes_out", 0)),
-                                      "updates_applied": int(counters.get("updates_applied", 0))})
-        finally:
-            leave_start = events.now()
-            node.stop()
-            events.add("leave", leave_start, events.now())
-        keep_residual(setup.session_id, encoder.residual)
-        yield WorkerResult(part, attempt, steps, examples, loss_sum, messages, bytes_sent,
-                           np.array(network.updater_state, copy=True),
-                           encoder.threshold_algorithm.get_state(), events.events, counters,
-                           replica=replica, logs=capture.detach(), buffers=buffers_of(network))
-
-    return train
 
 
 class SharedTrainingMaster:
@@ -322,8 +80,6 @@ class SharedTrainingMaster:
         loggers: Any = None,
         progress: bool = True,
     ) -> None:
-        from psrv.encoding import AdaptiveThreshold, ResidualClipping
-
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
             raise SparkConfigError(f"conf: expected a VoidConfiguration, got {type(conf).__name__}")
@@ -343,6 +99,7 @@ class SharedTrainingMaster:
         self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
         self.repartition = parse_repartition(repartition)
+        self.repartition_strategy = "balanced"  # every worker gets as many elements
         self.encoding_debug_mode = bool(encoding_debug_mode)
         self.collect_training_stats = bool(collect_training_stats)
         self.check_replicas = bool(check_replicas)
@@ -351,11 +108,9 @@ class SharedTrainingMaster:
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
-        self._fault_kill_after_steps: int | None = None  # test-only hook, see _maybe_kill
         self._session_id = uuid.uuid4().hex
         self._exports = ExportCache()  # exports of the data fitted, reused by later fits
         self._live: LiveController | None = None  # the controller of the fit(epochs=N) call running now
-        self._controller_per_epoch = False  # benchmark hook: the old setup, one controller per epoch
         self.controller_starts = 0  # controllers this master started (one per fit(epochs=N) call)
 
     def delete_temp_files(self) -> int:
@@ -367,23 +122,24 @@ class SharedTrainingMaster:
                 f"mesh={self.conf.mesh_build_mode!r}, approach={self.rdd_training_approach!r})")
 
     def workers(self, spark_context: SparkContext) -> int:
+        """``num_workers``, or Spark's default parallelism (the total executor cores)."""
         return self.num_workers or max(1, int(spark_context.defaultParallelism))
 
     # -- entry points ------------------------------------------------------------------------------
-    def execute_training(self, spark_context: SparkContext, network: Any, rdd: RDD) -> None:
+    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
         workers = self.workers(spark_context)
-        data = repartition_rdd(rdd, workers, self.repartition, "balanced")
+        data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
         if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
             started = time.time()
             paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
                                                   self.export_directory,
                                                   self.repartition)  # reused when this data was exported
-            self._driver_event("export", started, time.time(), minibatches=len(paths))
+            self.record_driver_event("export", started, time.time(), minibatches=len(paths))
             self.train_epoch_on_paths(spark_context, network, paths, FileDataSetLoader())
         else:
             self.train_epoch_on_partitions(spark_context, network, data)
 
-    def execute_training_paths(self, spark_context: SparkContext, network: Any, paths_rdd: RDD,
+    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
         workers = self.workers(spark_context)
         data = repartition_rdd(paths_rdd, workers, self.repartition, "balanced")
@@ -392,14 +148,13 @@ class SharedTrainingMaster:
 
     # -- one fit call, many epochs ----------------------------------------------------------------
     @contextmanager
-    def controller_for_call(self, spark_context: SparkContext, network: Any) -> Iterator[None]:
+    def controller_for_call(self, spark_context: SparkContext, network: Network) -> Iterator[None]:
         """Keep one controller (one set of keys, the master copy) for every epoch trained inside.
 
         ``SparkNetwork.fit(epochs=N)`` trains inside it: each epoch's job joins the running controller
-        (psrv.spark.driver.live_controller). Outside it, or with ``_controller_per_epoch`` (the old per-epoch
-        setup, kept for the benchmark), each job starts and stops its own controller.
+        (psrv.spark.driver.live_controller). Outside it, each job starts and stops its own controller.
         """
-        if self._live is not None or self._controller_per_epoch:
+        if self._live is not None:
             yield
             return
         live = self._start_controller(spark_context, network, kept=True)
@@ -410,7 +165,7 @@ class SharedTrainingMaster:
             self._live = None
             live.controller.stop()
 
-    def train_epoch_on_paths(self, spark_context: SparkContext, network: Any, paths: list[str],
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
                              loader: Any | None = None) -> None:
         """One epoch over minibatch files listed on the driver (an export made once per call): shuffled
         as ``execute_training`` shuffles them, dealt to the workers without another Spark job."""
@@ -423,21 +178,21 @@ class SharedTrainingMaster:
         self._run(spark_context, network, paths_rdd, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Any, data: RDD) -> None:
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
         """One epoch over data already partitioned for the workers (and cached) once per call."""
         batch_size = self.batch_size_per_worker
         self._run(spark_context, network, data.mapPartitions(lambda items: rebatch(items, batch_size)), None)
         network.epoch = network.epoch + 1
 
-    def _start_controller(self, spark_context: SparkContext, network: Any, kept: bool) -> LiveController:
+    def _start_controller(self, spark_context: SparkContext, network: Network, kept: bool) -> LiveController:
         started = time.time()
         live = start_controller(self.conf, spark_context, network, kept)
         self.controller_starts += 1
-        self._driver_event("controller_start", started, time.time(), kept=kept)
+        self.record_driver_event("controller_start", started, time.time(), kept=kept)
         return live
 
     # -- one distributed job -----------------------------------------------------------------------
-    def _run(self, spark_context: SparkContext, network: Any, data: RDD, loader: Any | None) -> None:
+    def _run(self, spark_context: SparkContext, network: Network, data: RDD, loader: Any | None) -> None:
         live = self._live if self._live is not None else self._start_controller(spark_context, network,
                                                                                  kept=False)
         live.begin_epoch(network)
@@ -453,15 +208,13 @@ class SharedTrainingMaster:
             prefetch=self.worker_prefetch_num_batches,
             debug=self.encoding_debug_mode,
             collect_stats=self.collect_training_stats or bool(self.loggers),
-            fault_kill_after_steps=self._fault_kill_after_steps,
             session_id=f"{self._session_id}:{lineage(network)}",  # residuals belong to one network
             check_replicas=self.check_replicas,
-            extra={"device_sharing": bool(getattr(self, "_force_device_sharing", False))},  # test-only
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
         try:
-            job = data.mapPartitions(_partition_trainer(broadcast, loader))
+            job = data.mapPartitions(self.task_trainer(broadcast, loader))
             with LiveProgress.for_controller(controller, self.progress,
                                              description=f"psrv fit (epoch {int(network.epoch)})") as shown:
                 results = self._collect_with_watchdog(spark_context, job, controller, address,
@@ -481,6 +234,10 @@ class SharedTrainingMaster:
         self._finish(network, setup, results, sent, final, controller_counters, started)
         live.end_epoch(network)
         self.last_fit["controller_reused"] = live.kept and live.epochs > 1
+
+    def task_trainer(self, setup: Broadcast, loader: Any | None) -> SharingTrainer:
+        """The function the training job maps over the partitions (a subclass may observe its tasks)."""
+        return SharingTrainer(setup, loader)
 
     def _collect_with_watchdog(self, spark_context: SparkContext, job: RDD, controller: Any,
                                address: str, joins_before: int = 0) -> list[WorkerResult]:
@@ -538,7 +295,7 @@ class SharedTrainingMaster:
             time.sleep(0.05)
         log.warning("controller applied %d of %d updates before the drain deadline", last, expected)
 
-    def _finish(self, network: Any, setup: WorkerSetup, results: list[WorkerResult], sent: int,
+    def _finish(self, network: Network, setup: WorkerSetup, results: list[WorkerResult], sent: int,
                 final: np.ndarray, controller_counters: dict[str, Any], started: float) -> None:
         network.set_params(final.astype(network.params.dtype))
         if results:
@@ -576,10 +333,11 @@ class SharedTrainingMaster:
                 self.training_stats.extend(r.events)
         publish_shared_fit(self.loggers, network, setup.payload.epoch, results, self.last_fit,
                            controller_counters, time.time() - started)
-        self._driver_event("training_job", started, time.time(), workers=len(results), steps=steps)
+        self.record_driver_event("training_job", started, time.time(), workers=len(results), steps=steps)
         log.info("gradient sharing fit: %s", self.last_fit)
 
-    def _driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+    def record_driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        """Add a driver event to ``training_stats`` (with ``collect_training_stats``)."""
         if self.collect_training_stats:
             self.training_stats.append(driver_event(kind, start, end, **fields))
 
@@ -639,4 +397,4 @@ def _first_line(error: BaseException) -> str:
     return (text.splitlines() or [repr(error)])[0][:500]
 
 
-__all__ = ["SharedTrainingMaster", "VoidConfiguration", "WorkerResult", "WorkerSetup"]
+__all__ = ["SharedTrainingMaster"]

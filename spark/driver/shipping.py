@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from psrv.nn.protocol import Network
+from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.errors import SparkConfigError
 
 if TYPE_CHECKING:
@@ -233,10 +235,12 @@ def check_shippable(obj: Any, what: str, spark_context: SparkContext | None, fix
     check_references(pickled_references(obj, what, fix), what, spark_context)
 
 
-def check_network(network: Any, spark_context: SparkContext | None) -> None:
+def check_network(network: Network, spark_context: SparkContext | None) -> None:
     """The user's code inside a network (a TorchNetwork's module, loss and optimizer) can be shipped."""
-    parts = [("module", getattr(network, "module", None)), ("loss", getattr(network, "loss_fn", None))]
-    optimizer = getattr(network, "optimizer", None)
+    if not isinstance(network, TorchNetwork):
+        return  # a psrv.nn.Network travels as configuration and vectors: no user code
+    parts = [("module", network.module), ("loss", network.loss_fn)]
+    optimizer = network.optimizer
     if optimizer is not None and not isinstance(optimizer, type):
         parts.append(("optimizer", type(optimizer)))
     for name, part in parts:

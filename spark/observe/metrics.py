@@ -289,8 +289,8 @@ class MLflowLogger:
 def watching(master: Any, loggers: Any = None, progress: Any = None) -> Iterator[None]:
     """For one ``SparkNetwork.fit``: add ``loggers`` to the master's and override its ``progress``."""
     extra = check_loggers(loggers)
-    before_loggers = list(getattr(master, "loggers", []) or [])
-    before_progress = getattr(master, "progress", None)
+    before_loggers = list(master.loggers or [])
+    before_progress = master.progress
     if extra:
         master.loggers = before_loggers + extra
     if progress is not None:
@@ -313,7 +313,7 @@ def publish_shared_fit(loggers: Sequence[Any], network: Any, epoch: int, results
     events = [record for result in results for record in result.events]
     final = master_metrics(summary, counters, seconds)
     encodes = [r for r in events if r.get("kind") == "encode" and _finite(r.get("elements"))]
-    if encodes and int(getattr(network, "num_params", 0)) > 0:
+    if encodes and int(network.num_params) > 0:
         final["master/sparsity"] = sum(float(r["elements"]) for r in encodes) / (
             len(encodes) * int(network.num_params))
     calls = group_calls(worker_step_metrics(events), int(epoch), int(network.iteration), final)

@@ -19,6 +19,8 @@ import os
 from typing import Any
 
 import numpy as np
+from psrv.nn.protocol import DeviceNetwork, Network
+from psrv.nn.torch_adapter import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,6 @@ def _visible_index(address: str) -> int | None:
 def task_device() -> Any:
     """The torch device this task's network lives on (see the module docstring); logged."""
     import torch
-    from psrv.nn.torch_adapter import resolve_device
 
     override = os.environ.get(DEVICE_ENV, "").strip()
     if override:
@@ -81,7 +82,7 @@ class DeviceSharing:
     ``node_params`` and ``node_hooks()`` go to the Node; each step call ``step(node, batch, ...)``.
     """
 
-    def __init__(self, network: Any, encoder: Any) -> None:
+    def __init__(self, network: DeviceNetwork, encoder: Any) -> None:
         self.network = network
         self.encoder = encoder
         self.node_params = network.params.copy()  # one host copy: the node's download target
@@ -129,7 +130,7 @@ class DeviceSharing:
     def submit(self, node: Any, message: Any, iteration: int, epoch: int) -> int:
         """Apply an encoded update (a device tensor) locally and hand its host copy to the node, both
         under the node's lock (a re-sync never sees half of it). Returns the bytes sent."""
-        from psrv.encoding import device as codec
+        from psrv.encoding import device as codec  # lazy: imports torch, which a CPU task never needs
 
         host = self.to_host(message)
         with node.lock:
@@ -144,9 +145,9 @@ class DeviceSharing:
         self.encoder.residual.copy_(torch.from_numpy(np.asarray(residual)))
 
 
-def wants_device_sharing(network: Any, force: bool = False) -> bool:
+def wants_device_sharing(network: Network, force: bool = False) -> bool:
     """True for a torch network off the CPU (or on it when ``force``: how CI exercises this path)."""
-    return hasattr(network, "flat_params") and (force or not getattr(network, "on_host", True))
+    return isinstance(network, DeviceNetwork) and (force or not network.on_host)
 
 
 __all__ = ["DEVICE_ENV", "DeviceSharing", "task_device", "wants_device_sharing"]

@@ -138,3 +138,6 @@ class PrefetchingIterator(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "PrefetchingIterator", "check_prefetch_num_batches"]

@@ -7,17 +7,24 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
 import numpy as np
+from psrv.nn.protocol import Network
+from psrv.spark import storage
 from psrv.spark.data.batching import as_batch
 from psrv.spark.payload import NetworkPayload, takes_device
+from psrv.spark.task.device import task_device
 
-_training_networks: dict[str, Any] = {}
+_training_networks: dict[str, Network] = {}
 _lock = threading.Lock()
+_CACHE_SIZE = 4
+_cached: OrderedDict[str, Network] = OrderedDict()
+_cached_lock = threading.Lock()
 
 
 def worker_id() -> str:
@@ -26,13 +33,14 @@ def worker_id() -> str:
 
 
 def partition_id() -> int:
-    from pyspark import TaskContext
+    """The Spark partition this task works on (-1 outside a Spark task)."""
+    from pyspark import TaskContext  # lazy: pyspark's task context, only inside a running task
 
     context = TaskContext.get()
     return int(context.partitionId()) if context is not None else -1
 
 
-def training_network(payload: NetworkPayload) -> Any:
+def training_network(payload: NetworkPayload) -> Network:
     """A network of the payload's architecture holding the payload's parameters, updater state, counters.
 
     Built once per executor process, driver-side network (the payload's lineage) and device (a torch
@@ -40,11 +48,7 @@ def training_network(payload: NetworkPayload) -> Any:
     vectors and buffers in. Another network, even of the same architecture, is built afresh from its own
     payload, so nothing of the previous one (optimizer state, buffers) leaks into it.
     """
-    device = None
-    if takes_device(payload.factory):
-        from psrv.spark.task.device import task_device
-
-        device = task_device()
+    device = task_device() if takes_device(payload.factory) else None
     key = json.dumps([payload.lineage, payload.config, str(device)], sort_keys=True, default=str)
     with _lock:
         network = _training_networks.get(key)
@@ -60,7 +64,23 @@ def training_network(payload: NetworkPayload) -> Any:
     return network
 
 
-def _fits(network: Any, payload: NetworkPayload) -> bool:
+def cached_network(payload: NetworkPayload) -> Network:
+    """The network of ``payload`` for evaluation and inference, built once per executor process (keyed
+    by the payload's id; read-only use)."""
+    with _cached_lock:
+        network = _cached.get(payload.key)
+        if network is not None:
+            _cached.move_to_end(payload.key)
+            return network
+    network = payload.build(device=task_device() if takes_device(payload.factory) else None)
+    with _cached_lock:
+        _cached[payload.key] = network
+        while len(_cached) > _CACHE_SIZE:
+            _cached.popitem(last=False)
+    return network
+
+
+def _fits(network: Network, payload: NetworkPayload) -> bool:
     """Whether the payload's vectors can be copied into a network built earlier (else: rebuild)."""
     if network.params.shape != payload.params.shape:
         return False
@@ -118,8 +138,6 @@ class PathLoader:
     options: dict[str, dict[str, Any]]
 
     def load(self, path: str) -> Any:
-        from psrv.spark import storage
-
         storage.configure(self.options)
         if hasattr(self.loader, "load_stream"):
             with storage.open_input(path) as stream:
@@ -131,8 +149,6 @@ def path_loader(loader: Any | None) -> PathLoader | None:
     """On the driver: wrap ``loader`` for the tasks (None stays None)."""
     if loader is None or isinstance(loader, PathLoader):
         return loader
-    from psrv.spark import storage
-
     return PathLoader(loader, storage.current_options())
 
 
@@ -162,6 +178,7 @@ def timed_batches(batches: Iterable[Any], events: EventLog) -> Iterator[tuple[An
         yield batch, step_start
 
 
-def driver_event(kind: str, start: float, end: float, **fields: Any) -> dict[str, Any]:
-    """A training-stats event of the driver (its own row in the timeline)."""
-    return {"worker": "driver", "partition": -1, "kind": kind, "start": start, "end": end, **fields}
+__all__ = [
+    "EventLog", "PathLoader", "cached_network", "keep_residual", "partition_id", "path_loader",
+    "take_residual", "task_source", "timed_batches", "training_network", "worker_id",
+]

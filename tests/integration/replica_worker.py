@@ -1,4 +1,4 @@
-"""A worker process that runs the Spark task's own code (``_partition_trainer``) without Spark.
+"""A worker process that runs the Spark task's own code (``SharingTrainer``) without Spark.
 
 Usage: ``python replica_worker.py IN.pkl OUT.pkl``. IN holds the WorkerSetup, the minibatches and a
 mode; OUT gets the task's WorkerResult and the float64 sum of every update the task submitted (what
@@ -34,7 +34,7 @@ def _legacy_compute_update(original):
 def main(source: str, target: str) -> None:
     from psrv.encoding import decode
     from psrv.server.node import Node
-    from psrv.spark.driver.shared_training import _partition_trainer
+    from psrv.spark.task.sharing import SharingTrainer
 
     with open(source, "rb") as fh:
         job = pickle.load(fh)
@@ -52,7 +52,7 @@ def main(source: str, target: str) -> None:
         if network_class is None:
             from psrv.nn import Network as network_class
         network_class.compute_update = _legacy_compute_update(network_class.compute_update)
-    results = list(_partition_trainer(_Broadcast(setup), None)(iter(batches)))
+    results = list(SharingTrainer(_Broadcast(setup), None)(iter(batches)))
     with open(target, "wb") as fh:
         pickle.dump({"results": results, "sent": sent}, fh)
 

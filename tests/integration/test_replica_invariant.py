@@ -18,8 +18,8 @@ from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
-from psrv.spark.driver.shared_training import WorkerSetup
 from psrv.spark.payload import NetworkPayload
+from psrv.spark.task.setup import WorkerSetup
 from psrv.transport import TransportConfig
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

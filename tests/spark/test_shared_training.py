@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -11,9 +12,11 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.spark import SparkNetwork
 from psrv.spark.config import VoidConfiguration
-from psrv.spark.driver.shared_training import SharedTrainingMaster, route_source_address
+from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
 from psrv.spark.observe.report import export_stats_html
+from psrv.spark.task.node import route_source_address
+from psrv.spark.task.sharing import SharingTrainer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -23,11 +26,37 @@ def _network(seed: int = 21) -> Network:
     return Network(layers, input_shape=(64,), updater=Adam(1e-2), seed=seed)
 
 
-def _master(mesh: str = "plain", approach: str = "export", **kwargs) -> SharedTrainingMaster:
+def _master(mesh: str = "plain", approach: str = "export", cls: type = SharedTrainingMaster,
+            **kwargs) -> SharedTrainingMaster:
     conf = VoidConfiguration(unicast_port=0, mesh_build_mode=mesh, heartbeat_ms=500,
                              **kwargs.pop("conf", {}))
     kwargs.setdefault("threshold_algorithm", AdaptiveThreshold(3e-2))
-    return SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach=approach, **kwargs)
+    return cls(conf, batch_size_per_worker=16, rdd_training_approach=approach, **kwargs)
+
+
+def _kill_first_attempt_of_partition_0(after_steps: int, steps: int) -> None:
+    """The first attempt of partition 0 dies like a crashed executor after ``after_steps`` steps."""
+    import os
+
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if steps == after_steps and context is not None and context.partitionId() == 0 \
+            and context.attemptNumber() == 0:
+        os._exit(17)
+
+
+class _KillingMaster(SharedTrainingMaster):
+    """Gradient sharing whose tasks run ``_kill_first_attempt_of_partition_0`` after each step while
+    ``kill_after_steps`` is set."""
+
+    kill_after_steps: int | None = None
+
+    def task_trainer(self, setup, loader) -> SharingTrainer:
+        trainer = super().task_trainer(setup, loader)
+        if self.kill_after_steps is not None:
+            trainer.on_step = functools.partial(_kill_first_attempt_of_partition_0, self.kill_after_steps)
+        return trainer
 
 
 def _fit_until(spark_net: SparkNetwork, rdd, test: DataSet, bar: float, epochs: int,
@@ -83,8 +112,8 @@ def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach
 
 def test_killed_worker_is_retried_and_fit_still_reaches_accuracy(spark_context, digits) -> None:
     train, test = digits
-    master = _master("plain", "export")
-    master._fault_kill_after_steps = 10  # test-only hook: partition 0's first attempt dies after 10 steps
+    master = _master("plain", "export", cls=_KillingMaster)
+    master.kill_after_steps = 10  # partition 0's first attempt dies after 10 steps
     spark_net = SparkNetwork(spark_context, _network(seed=22), master)
     rdd = spark_context.parallelize(list(train.batches(50)), 3)
     spark_net.fit(rdd)
@@ -94,7 +123,7 @@ def test_killed_worker_is_retried_and_fit_still_reaches_accuracy(spark_context, 
     assert fit["controller_updates_applied"] == (
         fit["messages"] - fit["updates_missing"] + fit["updates_applied_by_failed_attempts"]
     ), fit
-    master._fault_kill_after_steps = None
+    master.kill_after_steps = None
     accuracy, _ = _fit_until(spark_net, rdd, test, 0.90, 9)
     assert accuracy >= 0.90
 

@@ -13,8 +13,22 @@ from psrv.nn import TorchNetwork  # noqa: E402
 from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork  # noqa: E402
 from psrv.spark.config import VoidConfiguration  # noqa: E402
 from psrv.spark.driver.shared_training import SharedTrainingMaster  # noqa: E402
+from psrv.spark.task.device import wants_device_sharing  # noqa: E402
+from psrv.spark.task.sharing import SharingTrainer  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+class _DeviceSharingOnCpu(SharingTrainer):
+    """The GPU worker's path of gradient sharing (device codec, node hooks) on CPU tensors."""
+
+    def device_sharing(self, network) -> bool:
+        return wants_device_sharing(network, force=True)
+
+
+class _DeviceSharingMaster(SharedTrainingMaster):
+    def task_trainer(self, setup, loader) -> SharingTrainer:
+        return _DeviceSharingOnCpu(setup, loader)
 
 
 def _cnn(seed: int) -> TorchNetwork:
@@ -42,9 +56,8 @@ def test_gradient_sharing_on_the_device_path_returns_the_average_of_the_workers_
     network = _cnn(3)
     conf = VoidConfiguration(unicast_port=0, mesh_build_mode="plain", heartbeat_ms=2000,
                              join_timeout_ms=120_000)  # executors import torch first: slow on a busy host
-    master = SharedTrainingMaster(conf, batch_size_per_worker=16, rdd_training_approach="direct",
+    master = _DeviceSharingMaster(conf, batch_size_per_worker=16, rdd_training_approach="direct",
                                   threshold_algorithm=AdaptiveThreshold(3e-2))
-    master._force_device_sharing = True  # test-only: the GPU worker's path (device codec, hooks) on CPU
     spark_net = SparkNetwork(spark_context, network, master)
     rdd = spark_context.parallelize(list(train.batches(50)), 2)
     for _ in range(3):

@@ -1,16 +1,22 @@
-"""The network contract of gradient sharing (DESIGN.md, issue 9): ``compute_update`` returns the step and
+"""The network contract of gradient sharing (DESIGN.md): ``compute_update`` returns the step and
 never writes ``params``; an update the node's I/O thread decodes into ``params`` while a step is being
-computed is never lost. Checked for every network kind: psrv.nn.Network and TorchNetwork."""
+computed is never lost. Checked for every network kind: psrv.nn.Network and TorchNetwork. The contracts as
+types too: every network against the Protocols of psrv.nn.protocol, both training masters against
+psrv.spark.driver.master.TrainingMaster (isinstance, and each member's kind and signature)."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
+from typing import Generic, Protocol
 
 import numpy as np
 import pytest
 from psrv.encoding import FixedThreshold, ResidualEncoder, decode
 from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.protocol import BufferedNetwork, DeviceNetwork, MultiIONetwork
+from psrv.nn.protocol import Network as NetworkProtocol
 
 GRID = 2.0**-12  # params on this grid, updates of +-2^-10: every float32 sum is exact in any order
 
@@ -141,3 +147,110 @@ def test_torch_optimizer_instance_steps_like_torch_without_touching_params() -> 
     other = _torch_network("instance")
     other.set_updater_state(state)
     np.testing.assert_array_equal(other.updater_state, state)
+
+
+# --------------------------------------------------------------------------------------------------
+# the contracts as types: every implementation against its Protocol
+# --------------------------------------------------------------------------------------------------
+def _members(protocol: type) -> dict[str, object]:
+    """The members a Protocol declares (its own and those of the Protocols it extends)."""
+    members: dict[str, object] = {}
+    for base in reversed(protocol.__mro__):
+        if base in (object, Protocol, Generic) or not getattr(base, "_is_protocol", False):
+            continue
+        for name in getattr(base, "__annotations__", {}):
+            members.setdefault(name, None)
+        for name, value in vars(base).items():
+            if not name.startswith("_"):
+                members[name] = value
+    return members
+
+
+def _parameters(function) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(function).parameters.values() if p.name not in ("self", "cls")]
+
+
+def _signature_problems(name: str, declared, implemented) -> list[str]:
+    """An implementation fits a declared method when it takes every declared parameter by the same name
+    and kind (with a default where one is declared) and needs nothing more."""
+    problems = []
+    mine = {p.name: p for p in _parameters(implemented)}
+    for p in _parameters(declared):
+        got = mine.pop(p.name, None)
+        if got is None:
+            problems.append(f"{name}: no parameter {p.name!r}")
+        elif got.kind != p.kind:
+            problems.append(f"{name}: {p.name!r} is {got.kind.description}, declared {p.kind.description}")
+        elif p.default is not inspect.Parameter.empty and got.default is inspect.Parameter.empty:
+            problems.append(f"{name}: {p.name!r} needs a default")
+    for p in mine.values():
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is inspect.Parameter.empty:
+            problems.append(f"{name}: extra required parameter {p.name!r}")
+    return problems
+
+
+def _contract_problems(instance: object, protocol: type) -> list[str]:
+    problems = [] if isinstance(instance, protocol) else [f"not an instance of {protocol.__name__}"]
+    cls = type(instance)
+    for name, declared in _members(protocol).items():
+        implemented = inspect.getattr_static(cls, name, None)
+        if isinstance(declared, property):
+            if not isinstance(implemented, property):
+                problems.append(f"{name}: declared a property, got {type(implemented).__name__}")
+            elif declared.fset is not None and implemented.fset is None:
+                problems.append(f"{name}: declared settable, the property is read-only")
+        elif isinstance(declared, classmethod):
+            if not isinstance(implemented, classmethod):
+                problems.append(f"{name}: declared a classmethod")
+            else:
+                problems += _signature_problems(name, declared.__func__, implemented.__func__)
+        elif callable(declared):
+            if not callable(implemented):
+                problems.append(f"{name}: not a method")
+            else:
+                problems += _signature_problems(name, declared, implemented)
+        elif not hasattr(instance, name):  # a data attribute
+            problems.append(f"{name}: missing")
+    return problems
+
+
+NETWORK_PROTOCOLS = {
+    "network": (NetworkProtocol,),
+    "torch": (NetworkProtocol, DeviceNetwork, BufferedNetwork, MultiIONetwork),
+    "torch-optimizer-instance": (NetworkProtocol, DeviceNetwork, BufferedNetwork, MultiIONetwork),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_network_implements_its_protocols(kind: str) -> None:
+    net = KINDS[kind]()
+    for protocol in NETWORK_PROTOCOLS[kind]:
+        assert _contract_problems(net, protocol) == [], protocol.__name__
+    if kind == "network":  # capabilities it does not claim are not there either
+        assert not isinstance(net, DeviceNetwork | BufferedNetwork | MultiIONetwork)
+
+
+def _masters() -> dict[str, object]:
+    from psrv.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster
+
+    return {"sharing": SharedTrainingMaster(), "averaging": ParameterAveragingTrainingMaster()}
+
+
+@pytest.mark.parametrize("kind", ["averaging", "sharing"])
+def test_every_training_master_implements_the_protocol(kind: str) -> None:
+    from psrv.spark.driver.master import TrainingMaster
+
+    assert _contract_problems(_masters()[kind], TrainingMaster) == []
+
+
+def test_the_contract_check_sees_a_wrong_signature() -> None:
+    class Partial:
+        seed = 0
+
+        def compute_update(self, features, labels):  # no mask
+            return features, 0.0
+
+    problems = _contract_problems(Partial(), NetworkProtocol)
+    assert "not an instance of Network" in problems
+    assert "compute_update: no parameter 'mask'" in problems
+    assert "params: declared a property, got NoneType" in problems

@@ -225,14 +225,14 @@ def test_executor_side_builds_consult_the_task_device(monkeypatch) -> None:
     """Training (training_network) and evaluation/inference (cached_network) build a torch network on
     the task's device; here PSRV_DEVICE steers it (CPU only in CI)."""
     from psrv.spark.payload import NetworkPayload
-    from psrv.spark.task.worker import training_network
+    from psrv.spark.task.worker import cached_network, training_network
 
     network = net()
     for _ in range(2):
         network.compute_update(*batch())
     payload = NetworkPayload.from_network(network, with_updater=True)
     monkeypatch.setenv(spark_device.DEVICE_ENV, "cpu")
-    for built in (payload.cached_network(), training_network(payload)):
+    for built in (cached_network(payload), training_network(payload)):
         assert built.device == torch.device("cpu")
         np.testing.assert_array_equal(built.params, network.params)
         for name, value in built.get_buffers().items():
@@ -241,7 +241,7 @@ def test_executor_side_builds_consult_the_task_device(monkeypatch) -> None:
         monkeypatch.setenv(spark_device.DEVICE_ENV, "cuda:0")
         fresh = NetworkPayload.from_network(network)
         with pytest.raises(ConfigError, match="CUDA is not available"):
-            fresh.cached_network()
+            cached_network(fresh)
 
 
 def test_a_file_saved_on_a_missing_gpu_loads_on_the_cpu(caplog) -> None:

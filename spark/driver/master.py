@@ -1,0 +1,75 @@
+"""The contract between ``SparkNetwork`` and a training master (gradient sharing, parameter averaging).
+
+``SparkNetwork.fit``, the epoch loop and the checkpoints drive a master only through ``TrainingMaster``;
+both masters implement it, so a new training scheme is one class that does too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from psrv.nn.protocol import Network
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+
+@runtime_checkable
+class TrainingMaster(Protocol):
+    """How the driver trains a network on Spark: one epoch per call, over data in one of three forms."""
+
+    batch_size_per_worker: int
+    rdd_training_approach: str  # "export" (minibatch files written once) or "direct" (cached in memory)
+    export_directory: str | None
+    repartition: str
+    repartition_strategy: str
+    threshold_algorithm: Any  # a psrv.encoding threshold algorithm (checkpointed), None when not encoding
+    loggers: list[Any]  # metrics sinks, on the driver
+    progress: Any  # live progress on stderr during fit (False: off)
+    last_score: float | None
+    training_stats: list[dict[str, Any]]
+
+    def workers(self, spark_context: SparkContext) -> int:
+        """How many tasks train at once (the partitions of a training job)."""
+        ...
+
+    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
+        """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
+        ...
+
+    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
+                               loader: Any | None = None) -> None:
+        """One epoch over minibatch files (one minibatch per path, read with ``loader``)."""
+        ...
+
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
+                             loader: Any | None = None) -> None:
+        """One epoch over minibatch files listed on the driver (an export made once per call)."""
+        ...
+
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
+        """One epoch over data already partitioned for the workers (and cached) once per call."""
+        ...
+
+    def controller_for_call(self, spark_context: SparkContext,
+                            network: Network) -> AbstractContextManager[None]:
+        """What one ``fit(epochs=N)`` call keeps around all its epochs (gradient sharing: its controller)."""
+        ...
+
+    def record_driver_event(self, kind: str, start: float, end: float, **fields: Any) -> None:
+        """Add a driver event to ``training_stats`` (when collecting them)."""
+        ...
+
+    def delete_temp_files(self) -> int:
+        """Remove the exports written in psrv's default location; returns how many."""
+        ...
+
+
+def driver_event(kind: str, start: float, end: float, **fields: Any) -> dict[str, Any]:
+    """A training-stats event of the driver (its own row in the timeline)."""
+    return {"worker": "driver", "partition": -1, "kind": kind, "start": start, "end": end, **fields}
+
+
+__all__ = ["TrainingMaster", "driver_event"]

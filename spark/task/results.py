@@ -1,0 +1,73 @@
+"""What a Spark task sends back to the driver: a sharing worker's result, an averaging round's sums."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from psrv.spark.payload import add_buffers
+
+
+@dataclass
+class WorkerResult:
+    """One gradient-sharing task's outcome: counts, its final updater/threshold state, events, logs."""
+
+    partition: int
+    attempt: int
+    steps: int
+    examples: int
+    loss_sum: float
+    messages: int
+    bytes_sent: int
+    updater_state: np.ndarray
+    threshold_state: dict
+    events: list[dict[str, Any]]
+    counters: dict[str, Any]
+    replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
+    logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
+    buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
+
+
+class RoundResult:
+    """Sums over the workers of one averaging round (so that tree aggregation is a plain add)."""
+
+    __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
+                 "logs", "buffers")
+
+    def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
+                 examples: int, events: list[dict[str, Any]],
+                 buffers: dict[str, np.ndarray] | None = None) -> None:
+        self.params = params
+        self.updater_state = updater_state
+        self.workers = 1
+        self.steps = steps
+        self.max_steps = steps
+        self.loss_sum = loss_sum
+        self.examples = examples
+        self.events = events
+        self.logs: list[dict[str, Any]] = []  # psrv.spark.observe.worker_logs records
+        self.buffers = add_buffers(None, buffers)  # float64 sums by name, averaged like the params
+
+
+def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
+    """The sum of two round results (``left`` is updated in place); None is the neutral element."""
+    if left is None:
+        return right
+    if right is None:
+        return left
+    left.params += right.params
+    if left.updater_state is not None and right.updater_state is not None:
+        left.updater_state += right.updater_state
+    left.workers += right.workers
+    left.steps += right.steps
+    left.max_steps = max(left.max_steps, right.max_steps)
+    left.loss_sum += right.loss_sum
+    left.examples += right.examples
+    left.events.extend(right.events)
+    left.logs.extend(right.logs)
+    left.buffers = add_buffers(left.buffers, right.buffers)
+    return left
+
+
+__all__ = ["RoundResult", "WorkerResult", "add_results"]

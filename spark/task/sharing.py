@@ -1,0 +1,208 @@
+"""The task side of gradient sharing (DL4J's SharedFlatMap): what Spark runs on each partition.
+
+A task starts a node pointed at the driver's controller (which downloads the current parameters: a
+retried task catches up), trains over its data with a prefetching iterator, encodes every update with
+its residual, applies the encoded update locally and submits it, checks its replica against the master
+copy, waits until the controller acknowledged its updates, then leaves and returns a ``WorkerResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
+from psrv.nn.protocol import Network, network_device
+from psrv.spark.observe.metrics import elements_sent
+from psrv.spark.observe.progress import LossAverage, report_progress
+from psrv.spark.observe.worker_logs import WorkerLogCapture
+from psrv.spark.payload import buffers_of
+from psrv.spark.task.device import DeviceSharing, wants_device_sharing
+from psrv.spark.task.node import start_node, wait_acknowledged
+from psrv.spark.task.prefetch import PrefetchingIterator
+from psrv.spark.task.replica import check_replica
+from psrv.spark.task.results import WorkerResult
+from psrv.spark.task.setup import WorkerSetup
+from psrv.spark.task.worker import (
+    EventLog,
+    keep_residual,
+    partition_id,
+    path_loader,
+    take_residual,
+    task_source,
+    timed_batches,
+    training_network,
+    worker_id,
+)
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast
+
+#: called after every step with the number of steps this task trained so far
+StepCallback = Callable[[int], None]
+
+
+def _attempt() -> int:
+    from pyspark import TaskContext  # lazy: pyspark's task context, only inside a running task
+
+    context = TaskContext.get()
+    return int(context.attemptNumber()) if context is not None else 0
+
+
+class SharingTask:
+    """One attempt at one partition: its network, encoder, node and what it counted."""
+
+    def __init__(self, setup: WorkerSetup, device_sharing: Callable[[Network], bool]) -> None:
+        self.setup = setup
+        self.part = partition_id()
+        self.attempt = _attempt()
+        self.capture = WorkerLogCapture(worker=worker_id(), partition=self.part,
+                                        attempt=self.attempt).attach()
+        self.events = EventLog(setup.collect_stats, worker=worker_id(), partition=self.part,
+                               attempt=self.attempt, epoch=int(setup.payload.epoch))
+        started = self.events.now()
+        self.network = training_network(setup.payload)
+        self.events.add("setup", started, self.events.now(), device=network_device(self.network))
+        on_device = device_sharing(self.network)
+        self.encoder = ResidualEncoder(
+            self.network.num_params,
+            dtype=self.network.params.dtype,
+            threshold_algorithm=threshold_algorithm_from_state(setup.threshold_state),
+            post_processor=post_processor_from_state(setup.post_processor_state),
+            debug=setup.debug,
+            device=self.network.device if on_device else None,
+        )
+        self.sharing = DeviceSharing(self.network, self.encoder) if on_device else None
+        self.steps = self.examples = self.messages = self.bytes_sent = 0
+        self.loss_sum = 0.0
+        self.loss_average = LossAverage()
+        self.replica: dict[str, Any] | None = None
+        self.counters: dict[str, Any] = {}
+        self._join()
+
+    def _join(self) -> None:
+        """Start the node (a download of the master copy), then take the updater state and residual."""
+        caught_up = self.events.now()
+        self.node = start_node(self.setup, self.network, self.part, self.sharing)
+        self.events.add("catch_up", caught_up, self.events.now(), restart=bool(self.node.restart))
+        state = self.node.updater_state
+        if state is not None and state.size == self.network.updater_state.size:
+            self.network.set_updater_state(state)
+        carried = take_residual(self.setup.session_id)
+        if carried is not None and tuple(carried.shape) == tuple(self.encoder.residual.shape):
+            if self.sharing is not None:
+                self.sharing.set_residual(carried)
+            else:
+                self.encoder.residual[...] = carried
+            self.events.add("residual_carried", self.events.now(), self.events.now(),
+                            residual_abs_sum=float(np.abs(carried).sum()))
+
+    def train(self, batches: Iterator[Any], on_step: StepCallback | None) -> None:
+        """Every minibatch of the partition, then the replica check and the acknowledgement; the node
+        leaves whatever happens."""
+        try:
+            with PrefetchingIterator(batches, self.setup.prefetch) as prefetched:
+                for batch, step_start in timed_batches(prefetched, self.events):
+                    self.step(batch, step_start)
+                    if on_step is not None:
+                        on_step(self.steps)
+            self._before_leaving()
+        finally:
+            leave_start = self.events.now()
+            self.node.stop()
+            self.events.add("leave", leave_start, self.events.now())
+        keep_residual(self.setup.session_id, self.encoder.residual)
+
+    def step(self, batch: Any, step_start: float) -> None:
+        """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
+        network, events = self.network, self.events
+        compute = network.compute_update if self.sharing is None else network.compute_update_tensor
+        update, loss = compute(batch.features, batch.labels, batch.labels_mask)
+        encode_start = events.now()
+        message = self.encoder.encode_update(update)
+        encode_end = events.now()
+        sent = self._submit(message) if message is not None else 0
+        stats = self.encoder.last_stats
+        if self.setup.debug and stats is not None:
+            self.capture.debug_stats(int(network.iteration), stats)
+        events.add("fit", step_start, encode_start, loss=float(loss), examples=batch.num_examples,
+                   iteration=int(network.iteration))
+        elements = elements_sent(message) if message is not None and events.enabled else 0
+        events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
+                   threshold=float(self.encoder.threshold_algorithm.threshold), bytes=sent,
+                   elements=elements, sparsity=elements / max(1, network.num_params))
+        self.steps += 1
+        self.examples += batch.num_examples
+        self.loss_sum += float(loss) * batch.num_examples
+        report_progress(self.node, partition=self.part, epoch=int(network.epoch), steps=self.steps,
+                        examples=self.examples, loss=self.loss_average.add(float(loss)))
+
+    def _submit(self, message: Any) -> int:
+        """Apply the encoded update locally and hand it to the node; returns the bytes sent."""
+        iteration, epoch = int(self.network.iteration), int(self.network.epoch)
+        if self.sharing is not None:  # on the device; its host copy is sent
+            sent = self.sharing.submit(self.node, message, iteration, epoch)
+        else:
+            self.node.submit(message, iteration=iteration, epoch=epoch, apply_locally=True)
+            sent = int(message.nbytes)
+        self.messages += 1
+        self.bytes_sent += sent
+        return sent
+
+    def _before_leaving(self) -> None:
+        """The replica check (its snapshot also acknowledges this node's updates), then the wait for
+        the controller's acknowledgement, then the node's counters."""
+        events, transport = self.events, self.setup.transport
+        if self.setup.check_replicas:
+            check_start = events.now()
+            self.replica = check_replica(self.node, transport.heartbeat_s, transport.missed_beats,
+                                         self.sharing)
+            events.add("replica_check", check_start, events.now(), status=self.replica["status"])
+        flush_start = events.now()
+        acknowledged = wait_acknowledged(self.node, transport.heartbeat_s, transport.missed_beats)
+        events.add("flush", flush_start, events.now(), acknowledged=acknowledged)
+        self.counters = self.node.counters()
+        if self.setup.collect_stats:
+            events.events.append({**events.common, "kind": "metrics", "time": events.now(),
+                                  "iteration": int(self.network.iteration),
+                                  "bytes_received": int(self.counters.get("bytes_in", 0)),
+                                  "bytes_sent_total": int(self.counters.get("bytes_out", 0)),
+                                  "updates_applied": int(self.counters.get("updates_applied", 0))})
+
+    def result(self) -> WorkerResult:
+        """What the driver gets back from this task."""
+        return WorkerResult(
+            self.part, self.attempt, self.steps, self.examples, self.loss_sum, self.messages, self.bytes_sent,
+            np.array(self.network.updater_state, copy=True), self.encoder.threshold_algorithm.get_state(),
+            self.events.events, self.counters, replica=self.replica, logs=self.capture.detach(),
+            buffers=buffers_of(self.network))
+
+
+class SharingTrainer:
+    """The function a gradient-sharing job maps over the partitions (shipped with cloudpickle).
+
+    The loader travels here, not in the broadcast (plain pickle), so that a loader class defined in a
+    notebook or ``__main__`` works too. ``on_step`` (None in production) is called after every step
+    with the task's step count: a place to observe or interrupt a task from outside.
+    """
+
+    def __init__(self, setup: Broadcast, loader: Any | None, on_step: StepCallback | None = None) -> None:
+        self.setup = setup
+        self.loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
+        self.on_step = on_step
+
+    def device_sharing(self, network: Network) -> bool:
+        """Whether this task shares from the network's device (a torch network off the CPU)."""
+        return wants_device_sharing(network)
+
+    def __call__(self, items: Iterator[Any]) -> Iterator[WorkerResult]:
+        batches = task_source(items, self.loader)
+        if batches is None:
+            return  # nothing to train on: this task never joins
+        task = SharingTask(self.setup.value, self.device_sharing)
+        task.train(batches, self.on_step)
+        yield task.result()
+
+
+__all__ = ["SharingTask", "SharingTrainer", "StepCallback"]
