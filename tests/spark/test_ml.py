@@ -17,6 +17,7 @@ from psrv.spark import ParameterAveragingTrainingMaster, SparkNetwork, storage  
 from psrv.spark import ml as spark_ml  # noqa: E402
 from psrv.spark.data.parquet import parquet_files  # noqa: E402
 from psrv.spark.ml import TorchEstimator, TorchModel  # noqa: E402
+from psrv.spark.ml import estimator as ml_estimator  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -120,7 +121,7 @@ def test_estimator_reads_dataframes_as_arrow_and_trains_like_the_rdd_path(spark,
     def no_rows(*args, **kwargs):
         raise AssertionError("the row-by-row conversion was used")
 
-    monkeypatch.setattr(spark_ml, "_row_datasets", no_rows)
+    monkeypatch.setattr(ml_estimator, "_row_datasets", no_rows)
     scan = spark.read.parquet(path)
     assembled = VectorAssembler(inputCols=COLUMNS, outputCol="assembled").transform(scan.drop("features"))
     assert parquet_files(scan.select("features", "label")) is not None and parquet_files(assembled) is None

@@ -1,5 +1,6 @@
 """psrv.spark.ml model files without Spark: the single model file an earlier TorchModel.save wrote still
-loads (no SparkContext needed), and a directory that is not a saved TorchModel is refused clearly."""
+loads (no SparkContext needed), a directory that is not a saved TorchModel is refused clearly, and Spark's
+metadata keeps naming the class by the dotted name saved pipelines recorded."""
 
 from __future__ import annotations
 
@@ -31,3 +32,15 @@ def test_directory_without_metadata_is_refused(tmp_path: Path) -> None:
     (tmp_path / "stage").mkdir()
     with pytest.raises(SparkInputError, match="not a saved TorchModel.*metadata"):
         TorchModel.load(str(tmp_path / "stage"))
+
+
+def test_spark_metadata_names_the_class_where_pipelines_saved_before_find_it() -> None:
+    """Spark ML records ``instance.__module__ + "." + class name`` and PipelineModel.load imports that module
+    and takes the attribute: saved pipelines name psrv.spark.ml.TorchModel, so it must stay that."""
+    import importlib
+
+    model = _model()
+    recorded = f"{model.__module__}.{type(model).__name__}"
+    assert recorded == "psrv.spark.ml.TorchModel"
+    module, _, name = recorded.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is TorchModel
