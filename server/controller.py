@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 from psrv.server.controller_machine import ApplyHook, ControllerMachine
+from psrv.server.identity import new_session
+from psrv.server.mesh import CONTROLLER_ID
+from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
-from psrv.transport.identity import new_session
 from psrv.transport.loop import Loop
-from psrv.transport.mesh import CONTROLLER_ID
-from psrv.transport.warmup import check_params, params_checksum, warm_up_decode
 
 __all__ = ["CHECKSUM_MIN_INTERVAL_S", "Controller"]
 

@@ -3,7 +3,7 @@
 Root of the mesh, holder of the master copy, keeper of membership. It admits joining nodes
 (bounded: members, joins not heard from yet, joins per second), places them (mesh.py), binds each
 member id to the routing id it joined from, sends every member each new mesh version with the
-routing ids it may accept (transport/identity.py; coalesced: at most one broadcast per 0.1 s, and a
+routing ids it may accept (server/identity.py; coalesced: at most one broadcast per 0.1 s, and a
 new member's catch-up starts once the others were sent a mesh that holds it: announce.py), relays
 updates to its children, applies every update once to the master copy, serves parameter downloads
 (params + optional updater state + the exact set of sequences they include, one shared snapshot
@@ -43,13 +43,16 @@ from typing import Any
 import numpy as np
 from psrv.server.announce import JoinGate, MeshAnnouncer
 from psrv.server.controller_records import NodeRecord, status_view
+from psrv.server.dedup import SeenUpdates
+from psrv.server.downloads import Downloads, DownloadToken
+from psrv.server.identity import link_id, parse_session
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members
 from psrv.server.master_copy import MasterCopy
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.updates import batch_message, groups
 from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
-from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import Downloads, DownloadToken
 from psrv.transport.errors import FrameRejectedError, TransportError
 from psrv.transport.events import (
     Action,
@@ -68,11 +71,8 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.identity import link_id, parse_session
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
 from psrv.transport.sockets import valid_address
-from psrv.transport.updates import batch_message, groups
 
 __all__ = ["ControllerMachine", "NodeRecord"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psrv.server.liveness import Members
-from psrv.transport.mesh import MeshOrganizer
+from psrv.server.mesh import MeshOrganizer
 
 
 @dataclass

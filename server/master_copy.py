@@ -6,15 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.dedup import SeenUpdates
+from psrv.server.downloads import MasterSnapshot
+from psrv.server.updates import check_payload, unbatch
+from psrv.server.warmup import params_checksum
 from psrv.transport.codec import as_buffer
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
-from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import Snapshot
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message
-from psrv.transport.updates import check_payload, unbatch
-from psrv.transport.warmup import params_checksum
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 Reject = Callable[[str, str], None]
@@ -99,7 +99,7 @@ class MasterCopy:
         self.counters.gauges["last_applied_at"] = self.wall_clock()  # when the last update arrived
         return True
 
-    def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> Snapshot:
+    def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> MasterSnapshot:
         """A read-only copy with the exact set of updates it holds; ``members``: id -> dropped so far."""
         with self.lock:
             params = self.params.copy()
@@ -107,7 +107,9 @@ class MasterCopy:
         params.flags.writeable = False
         if updater is not None:
             updater.flags.writeable = False
-        return Snapshot(params, updater, self.seen.watermark(), self.seen.above_watermark(), version, members)
+        return MasterSnapshot(
+            params, updater, self.seen.watermark(), self.seen.above_watermark(), version, members
+        )
 
     def counters_with_checksum(self, address: str) -> dict[str, Any]:
         snap = self.counters.snapshot()

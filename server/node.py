@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 from psrv.server.node_machine import ApplyHook, ApplyManyHook, NodeMachine, NodeState
+from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
+from psrv.server.updates import check_payload
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
 from psrv.transport.errors import (
@@ -41,8 +43,6 @@ from psrv.transport.errors import (
     SendQueueFullError,
     TransportError,
 )
-from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck
-from psrv.transport.updates import check_payload
 
 __all__ = ["Node", "NodeState"]
 
@@ -64,7 +64,7 @@ class Node:
         installed: Callable[[np.ndarray], None] | None = None,
         apply_many: ApplyManyHook | None = None,
     ) -> None:
-        from psrv.transport.warmup import check_params
+        from psrv.server.warmup import check_params
 
         self.config = config
         self.params = check_params(params)
@@ -106,8 +106,8 @@ class Node:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Node:
         """Bind, start the I/O thread, join and catch up; raises what went wrong (JoinError...)."""
+        from psrv.server.warmup import warm_up_decode
         from psrv.transport.loop import Loop
-        from psrv.transport.warmup import warm_up_decode
 
         if self._loop is not None:
             raise NotRunningError("node already started")
@@ -168,7 +168,7 @@ class Node:
 
     def counters(self) -> dict[str, Any]:
         """A snapshot of this process's counters plus the checksum of the local parameters."""
-        from psrv.transport.warmup import params_checksum
+        from psrv.server.warmup import params_checksum
 
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
@@ -260,7 +260,7 @@ class Node:
         Downloads a snapshot of the controller's parameters with the exact set of updates they include,
         waits (up to ``timeout_s``) until this node has applied every one of them, then compares
         ``params`` with the snapshot plus the updates this node applied that the snapshot lacks (from its
-        replay ring; see transport/replica.py). Costs one parameter download; call it after
+        replay ring; see server/replica.py). Costs one parameter download; call it after
         ``wait_acknowledged``. Never raises for a timeout: the result's status says "unavailable".
         ``current`` returns the live replica when it is not ``params`` (an ``apply`` hook that decodes
         elsewhere, e.g. into GPU parameters); it is called under the node's lock.

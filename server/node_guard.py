@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 
 T = TypeVar("T")
 

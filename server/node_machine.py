@@ -24,7 +24,7 @@ the own update they hold reached every target socket: ``Send.token.sent()``), ``
 "stopped"), ``counters`` (shared with the driver).
 
 Lifecycle: ``Started(address)`` draws a session (16 random bytes, sent in JOIN; each connection to
-member ``m`` presents ``link_id(session, m)``, transport/identity.py), opens the connection to the
+member ``m`` presents ``link_id(session, m)``, server/identity.py), opens the connection to the
 controller and sends JOIN, again with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``).
 JOIN_REPLY gives the id, the mesh and the routes (routing id -> member: a member's messages count
 only from the routing id announced for it; controller-only ops only from the controller; updates
@@ -57,15 +57,18 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.dedup import SeenUpdates
+from psrv.server.identity import SESSION_BYTES, link_id
 from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
-from psrv.server.node_catchup import Download, ReplicaProbe, SyncPath
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.node_catchup import PendingDownload, ReplicaProbe, SyncPath
 from psrv.server.node_guard import HeldQueue, Routes
 from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
+from psrv.server.replay import ReplayLog
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
-from psrv.transport.dedup import SeenUpdates
 from psrv.transport.errors import (
     ControllerLostError,
     FatalTransportError,
@@ -87,10 +90,7 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.identity import SESSION_BYTES, link_id
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
-from psrv.transport.replay import ReplayLog
 from psrv.transport.sockets import valid_address
 
 ApplyHook = Callable[[np.ndarray, dict], None]
@@ -169,13 +169,13 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self._backoff = BACKOFF_FIRST_S
         self._lost_since: float | None = None  # when the controller was lost (rejoining since)
         self._last_ctrl_beat: float | None = None
-        self.download = Download(config.catchup_timeout_s)
+        self.download = PendingDownload(config.catchup_timeout_s)
         self.probe = ReplicaProbe()
         self._out: list[Action] = []
         self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
     def link_id(self, to: int) -> bytes:
-        """The routing id this node's connection to member ``to`` presents (transport/identity.py)."""
+        """The routing id this node's connection to member ``to`` presents (server/identity.py)."""
         return link_id(self.session, to)
 
     # ------------------------------------------------------------------ the one entry point

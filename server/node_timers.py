@@ -11,9 +11,9 @@ from typing import Any
 
 from psrv.server.liveness import BeatTimer
 from psrv.server.node_state import NodeState
+from psrv.server.warmup import params_checksum
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.messages import Message, Op
-from psrv.transport.warmup import params_checksum
 
 _STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
                "duplicates_dropped", "updates_dropped_backpressure", "resyncs")

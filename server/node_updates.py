@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.node_guard import origin_allowed, patience_s
 from psrv.server.node_state import NodeState, SlotToken
+from psrv.server.updates import batch_message, check_payload, groups, unbatch
 from psrv.transport.codec import as_buffer
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.events import Send
-from psrv.transport.mesh import CONTROLLER_ID
 from psrv.transport.messages import Message
-from psrv.transport.updates import batch_message, check_payload, groups, unbatch
 
 
 class UpdatePath:

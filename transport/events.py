@@ -123,7 +123,7 @@ class Connect:
     """Open (or keep) an outgoing connection to member ``peer`` at ``address``.
 
     ``routing_id``: what the receiver's ROUTER sees as this connection's identity (see
-    transport/identity.py; None: the driver's own default); ``listen``: also receive on it (the
+    server/identity.py; None: the driver's own default); ``listen``: also receive on it (the
     replies of the peer's ROUTER come back on it, as ``Received(via=peer)``). A connection to the
     same address with the same routing id is kept; anything else replaces it."""
 

@@ -198,7 +198,7 @@ class Schema:
 
 CATALOGUE: dict[Op, Schema] = {
     # session: 16 random bytes (hex) per join, the key of the node's per-link routing ids
-    # (transport/identity.py); a node that sends none is bound to the routing id it joined from
+    # (server/identity.py); a node that sends none is bound to the routing id it joined from
     Op.JOIN: Schema(
         {"address": STR, "name": OPT_STR, "token": STR, "session": OPT_STR},
         check=_join,

@@ -102,7 +102,7 @@ class WorkerResult:
     threshold_state: dict
     events: list[dict[str, Any]]
     counters: dict[str, Any]
-    replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
+    replica: dict[str, Any] | None = None  # psrv.server.replica.ReplicaCheck.as_dict(), if checked
     logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
 
@@ -179,7 +179,7 @@ def _wait_acknowledged(node: Any, heartbeat_s: float, missed_beats: int) -> bool
 
 def _check_replica(node: Any, heartbeat_s: float, missed_beats: int, sharing: Any = None) -> dict[str, Any]:
     """The central invariant, checked where it can break: this replica against the master copy
-    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download.
+    (snapshot + the updates this replica holds beyond it; server/replica.py). Costs one download.
     A device network's live replica is its device parameters (copied to the host for the check)."""
     current = (lambda: sharing.network.params) if sharing is not None else None
     check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0, current=current)

@@ -29,8 +29,8 @@ from psrv.transport.events import (
 )
 from psrv.transport.messages import Message, Op
 
-try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
-    from psrv.transport.updates import check_payload
+try:  # server/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
+    from psrv.server.updates import check_payload
 except ImportError:  # pragma: no cover - the branch before the move
     from psrv.transport.payload import check_payload
 

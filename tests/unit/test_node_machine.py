@@ -12,7 +12,9 @@ import random
 import numpy as np
 import pytest
 from psrv.encoding.codec import sparse_message
+from psrv.server.mesh import MeshOrganizer
 from psrv.server.node_machine import NodeMachine, NodeState
+from psrv.server.updates import unbatch
 from psrv.transport.config import TransportConfig
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.events import (
@@ -27,9 +29,7 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.mesh import MeshOrganizer
 from psrv.transport.messages import Message, Op
-from psrv.transport.updates import unbatch
 
 N = 64
 TAU = 0.5
@@ -502,7 +502,7 @@ def test_sends_the_driver_says_more_of_go_out_as_one_batch():
 
 
 def test_each_join_draws_a_session_and_every_connection_presents_its_link_id():
-    from psrv.transport.identity import link_id
+    from psrv.server.identity import link_id
 
     h = Harness("mesh", fan_out=2)
     start = h.start()

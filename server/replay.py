@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
-from psrv.transport.seen import covered
+from psrv.server.seen import covered
 
 Entry = tuple[int, int, np.ndarray, dict]  # origin, seq, encoded payload, header fields
 
