@@ -8,15 +8,14 @@ from typing import Any
 import numpy as np
 from psrv.server.dedup import SeenUpdates
 from psrv.server.downloads import MasterSnapshot
-from psrv.server.updates import check_payload, unbatch
+from psrv.server.update_intake import ApplyHook, apply_once, check_row, first_arrival
+from psrv.server.updates import unbatch
 from psrv.server.warmup import params_checksum
-from psrv.transport.codec import as_buffer
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message
 
-ApplyHook = Callable[[np.ndarray, dict], None]
 Reject = Callable[[str, str], None]
 
 
@@ -52,46 +51,24 @@ class MasterCopy:
         arrive for the first time; a bad row is a counted rejection, a repeat a counted duplicate."""
         fresh = []
         for fields, buffer in unbatch(msg):
-            origin, seq = fields["origin"], fields["seq"]
+            origin = fields["origin"]
             try:
                 if not origin_allowed(origin, msg.src):
                     raise FrameRejectedError(
                         "bad_origin", f"update of origin {origin} from {msg.src}: not a member it may relay"
                     )
-                if self.seen.too_far(origin, seq):
-                    raise FrameRejectedError(
-                        "bad_sequence",
-                        f"update {origin}/{seq} is more than {self.seen.window} ahead of what arrived",
-                    )
-                payload = check_payload(
-                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
-                    self.params.size, f"update {origin}/{seq}", self.config.max_tau,
-                )[0]
+                payload = check_row(fields, buffer, self.seen, self.params.size, self.config.max_tau)
             except FrameRejectedError as exc:
                 reject(exc.reason, exc.detail)
                 continue
-            self.counters.add("updates_received")
-            if not self.seen.first_time(origin, seq):
-                self.counters.add("duplicates_dropped")
-                continue
-            fresh.append((fields, buffer, payload))
+            if first_arrival(fields, self.seen, self.counters):
+                fresh.append((fields, buffer, payload))
         return fresh
 
     def apply(self, payload: np.ndarray, fields: dict, reject: Reject) -> bool:
         """Apply one update and count it; one that does not decode is refused (params untouched)."""
         try:
-            if self._apply_hook is not None:
-                self._apply_hook(payload, fields)
-            else:
-                from psrv.encoding import MalformedMessageError, decode
-
-                try:
-                    with self.lock:
-                        decode(payload, self.params)
-                except MalformedMessageError as exc:
-                    raise FrameRejectedError(
-                        "bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {exc}"
-                    ) from None
+            apply_once(payload, fields, hook=self._apply_hook, params=self.params, lock=self.lock)
         except FrameRejectedError as exc:
             reject(exc.reason, exc.detail)
             return False

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import psrv.encoding as encoding
 from psrv.server.dedup import SeenUpdates
 from psrv.server.node_state import NodeState
 from psrv.server.replay import ReplayLog
@@ -136,14 +137,12 @@ class ReplicaProbe:
             return "resynced"
         if not covers(seen, snap.watermark, snap.extra):
             return None
-        from psrv.encoding import decode
-
         if replay.incomplete(snap.watermark):
             return ReplicaCheck("incomplete", detail="updates beyond the snapshot fell out of the "
                                 "replay ring; raise replay_ring_messages / replay_ring_bytes")
         extra = {o: set(s) for o, s in snap.extra.items()}
         expected, replayed = expected_replica(snap.master, replay.missing_from(snap.watermark, extra),
-                                              decode)
+                                              encoding.decode)
         return compare(live(), expected, replayed, tolerance)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import psrv.encoding as encoding
 from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.node_guard import origin_allowed, patience_s
 from psrv.server.node_state import NodeState, SlotToken
-from psrv.server.updates import batch_message, check_payload, groups, unbatch
-from psrv.transport.codec import as_buffer
+from psrv.server.update_intake import apply_once, check_row, first_arrival
+from psrv.server.updates import batch_message, groups, unbatch
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.events import Send
 from psrv.transport.messages import Message
@@ -152,24 +153,10 @@ class UpdatePath:
         return fresh
 
     def _fits(self, fields: dict, buffer: Any) -> np.ndarray:
-        origin, seq = fields["origin"], fields["seq"]
-        if self.seen.too_far(origin, seq):
-            raise FrameRejectedError("bad_sequence",
-                                     f"update {origin}/{seq} is more than {self.seen.window} ahead of "
-                                     "what arrived")
-        view = as_buffer(buffer)
-        if view.nbytes % 4:
-            raise FrameRejectedError("bad_payload", f"update {origin}/{seq}: {view.nbytes} bytes is not "
-                                     "a whole number of int32 words")
-        return check_payload(np.frombuffer(view, dtype=np.int32), self.params.size,
-                             f"update {origin}/{seq}", self.config.max_tau)[0]
+        return check_row(fields, buffer, self.seen, self.params.size, self.config.max_tau)
 
     def _first_time(self, fields: dict) -> bool:
-        self.counters_.add("updates_received")
-        if self.seen.first_time(fields["origin"], fields["seq"]):
-            return True
-        self.counters_.add("duplicates_dropped")
-        return False
+        return first_arrival(fields, self.seen, self.counters_)
 
     def _origin_ok(self, origin: int, came_from: int) -> bool:
         return origin_allowed(self.mesh, self.node_id, origin, came_from,
@@ -220,17 +207,7 @@ class UpdatePath:
         return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
-        if self._apply_hook is not None:
-            self._apply_hook(payload, header)
-            return
-        from psrv.encoding import MalformedMessageError, decode
-
-        try:
-            with self.lock:
-                decode(payload, self.params)
-        except MalformedMessageError as exc:
-            raise FrameRejectedError("bad_payload", f"update {header.get('origin')}/{header.get('seq')}: "
-                                     f"{exc}") from None
+        apply_once(payload, header, hook=self._apply_hook, params=self.params, lock=self.lock)
 
     def apply_local(self, payload: np.ndarray) -> None:
         """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
@@ -238,8 +215,6 @@ class UpdatePath:
         if self._apply_hook is not None:  # the live parameters are behind the hook
             self._apply_hook(payload, {})
             return
-        from psrv.encoding import decode
-
-        decode(payload, self.params)
+        encoding.decode(payload, self.params)
 
     _decode_local = apply_local  # (the name the simulation adapters use)

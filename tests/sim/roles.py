@@ -17,14 +17,10 @@ import importlib
 from typing import Any
 
 import numpy as np
-from psrv.encoding import MalformedMessageError, decode
+from psrv.encoding import decode
+from psrv.server.update_intake import decode_or_reject
+from psrv.server.updates import check_payload
 from psrv.transport.config import TransportConfig
-from psrv.transport.errors import FrameRejectedError
-
-try:  # server/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
-    from psrv.server.updates import check_payload
-except ImportError:  # pragma: no cover - the branch before the move
-    from psrv.transport.payload import check_payload
 
 from sim.world import Hooks, Setup, SimConfig
 
@@ -50,11 +46,7 @@ def transport_config(cfg: SimConfig, name: str | None = None) -> TransportConfig
 
 def _applier(params_of: Any, hooks: Hooks) -> Any:
     def apply(payload: np.ndarray, header: dict) -> None:
-        try:
-            decode(payload, params_of())
-        except MalformedMessageError as exc:
-            what = f"update {header.get('origin')}/{header.get('seq')}"
-            raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
+        decode_or_reject(decode, payload, params_of(), header)
         hooks.applied(payload, header)
 
     return apply
