@@ -24,7 +24,7 @@ from psrv.server.replica import ReplicaCheck, compare, covers, expected_replica
 from psrv.server.seen import restore
 from psrv.transport.codec import as_buffer
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Ready
+from psrv.transport.events import Notify, Ready
 from psrv.transport.messages import Message, Op
 
 DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
@@ -169,30 +169,29 @@ class SyncPath:
         self._ctrl_origins = set(snap.watermark)
         extra = {o: set(s) for o, s in snap.extra.items()}
         replayed = 0
-        with self.lock:
-            np.copyto(self.params, snap.master, casting="same_kind")
-            if self._installed is not None:
-                self._installed(self.params)
-            if snap.updater is not None:
-                self.updater_state = snap.updater
-            incomplete = self.replay.incomplete(snap.watermark)
-            seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
-            for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
-                self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
-                seen.first_time(origin, seq)
-                replayed += 1
-            for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
-                if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
-                    self.replay.remember(origin, seq, payload, fields)
-            self.seen = seen
-            self.state = NodeState.RUNNING
-            backlog, self.backlog = self.backlog, []
-            sends = []
-            for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
-                self.apply_local(payload)
-                self.seq += 1
-                self.replay.remember(self.node_id, self.seq, payload, fields)
-                sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
+        np.copyto(self.params, snap.master, casting="same_kind")
+        if self._installed is not None:
+            self._installed(self.params)
+        if snap.updater is not None:
+            self.updater_state = snap.updater
+        incomplete = self.replay.incomplete(snap.watermark)
+        seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
+        for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
+            self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
+            seen.first_time(origin, seq)
+            replayed += 1
+        for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
+            if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
+                self.replay.remember(origin, seq, payload, fields)
+        self.seen = seen
+        self.state = NodeState.RUNNING
+        backlog, self.backlog = self.backlog, []
+        sends = []
+        for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
+            self.apply_local(payload)
+            self.seq += 1
+            self.replay.remember(self.node_id, self.seq, payload, fields)
+            sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
         if sends:
             self._send_own(sends)
         if incomplete:
@@ -204,7 +203,7 @@ class SyncPath:
         self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
                       snap.master.size, len(snap.watermark), replayed)
         self._emit(Ready())  # start() returns (a driver ignores repeats)
-        self._notify("ready")
+        self._emit(Notify("ready"))
 
     def _begin_sync(self, reason: str) -> None:
         self.state = NodeState.SYNCING

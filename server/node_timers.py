@@ -91,8 +91,7 @@ class Timers:
         stats["state"] = str(self.state)
         stats.update(self.counters_.gauges)  # e.g. mesh_version, and whatever the embedding process reports
         if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
-            with self.lock:
-                stats.update(params_checksum(self.params))
+            stats.update(params_checksum(self.params))
         version = self.mesh.version if self.mesh is not None else 0
         self._send_ctrl(Message(Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}},
                                 src=self.node_id), urgent=True)  # never behind our own queued updates

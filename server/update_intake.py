@@ -9,6 +9,7 @@ Each caller keeps its own order of the membership checks around them (who may re
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -72,12 +73,13 @@ def apply_once(
     *,
     hook: ApplyHook | None,
     params: np.ndarray,
-    lock: AbstractContextManager[Any],
+    lock: AbstractContextManager[Any] | None = None,
 ) -> None:
     """Apply an update that passed ``first_arrival``: through ``hook`` when the live parameters are
-    elsewhere, else decoded into ``params`` under ``lock``. Raises FrameRejectedError("bad_payload")."""
+    elsewhere, else decoded into ``params`` (under ``lock`` when given: a caller that does not hold
+    it already). Raises FrameRejectedError("bad_payload")."""
     if hook is not None:
         hook(payload, fields)
         return
-    with lock:
+    with lock if lock is not None else contextlib.nullcontext():
         decode_or_reject(encoding.decode, payload, params, fields)
