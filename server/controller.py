@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 import numpy as np
-from psrv.server.controller_machine import ApplyHook, ControllerMachine
+from psrv.server.controller_machine import ControllerMachine
 from psrv.server.identity import new_session
 from psrv.server.mesh import CONTROLLER_ID
+from psrv.server.update_intake import ApplyHook
 from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 
 SESSION_BYTES = 16
 LINK_ID_BYTES = 16
@@ -37,3 +38,68 @@ def link_id(session: bytes, to: int) -> bytes:
 def parse_session(text: str | None) -> bytes | None:
     """A JOIN's ``session`` (hex, checked by the catalogue) as bytes; None when absent."""
     return None if text is None else bytes.fromhex(text)
+
+
+NAMES_KEPT = 65536  # names (and id -> name entries) the controller remembers at most
+
+
+class MemberIdentities:
+    """The controller's bindings of each member: the routing id of the connection it joined from,
+    its join session and token, and the names seen (a known name marks a restart)."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, int] = {}
+        self.routing: dict[int, bytes] = {}  # member id -> routing id of the connection it joined from
+        self.by_routing: dict[bytes, int] = {}
+        self.sessions: dict[int, bytes] = {}  # member id -> its join session (per-link routing ids)
+        self.names_seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten beyond NAMES_KEPT
+        self.names_by_id: dict[int, str | None] = {}  # every id admitted (the newest NAMES_KEPT)
+
+    def seen_name(self, name: str | None) -> bool:
+        """Was ``name`` seen at an earlier join (a restart)? Remembers it."""
+        if name is None:
+            return False
+        restart = name in self.names_seen
+        self.names_seen[name] = None
+        if len(self.names_seen) > NAMES_KEPT:
+            del self.names_seen[next(iter(self.names_seen))]
+        return restart
+
+    def bind(
+        self, node_id: int, routing_id: bytes, session: bytes | None, token: str, name: str | None
+    ) -> None:
+        self.tokens[token] = node_id
+        self.names_by_id[node_id] = name
+        if len(self.names_by_id) > NAMES_KEPT:
+            del self.names_by_id[next(iter(self.names_by_id))]
+        self.routing[node_id] = routing_id
+        self.by_routing[routing_id] = node_id
+        if session is not None:
+            self.sessions[node_id] = session
+
+    def forget(self, node_id: int, token: str | None) -> None:
+        if token is not None:
+            self.tokens.pop(token, None)
+        routing_id = self.routing.pop(node_id, None)
+        if routing_id is not None and self.by_routing.get(routing_id) == node_id:
+            del self.by_routing[routing_id]
+        self.sessions.pop(node_id, None)
+
+    def routes_for(self, node_id: int, neighbours: Iterable[int], to_it: bytes) -> dict[int, str]:
+        """The routing ids ``node_id`` accepts messages from: ``to_it`` (what the controller presents
+        to it) and those its neighbours present on their connections TO IT (a node that joined with
+        no session: the one it joined from)."""
+        routes = {0: to_it.hex()}
+        for other in neighbours:
+            session = self.sessions.get(other)
+            if session is not None:
+                routes[other] = link_id(session, node_id).hex()
+            elif other in self.routing:
+                routes[other] = self.routing[other].hex()
+        return routes
+
+
+__all__ = [
+    "LINK_ID_BYTES", "NAMES_KEPT", "SESSION_BYTES", "MemberIdentities", "link_id", "new_session",
+    "parse_session",
+]

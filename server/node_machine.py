@@ -63,7 +63,7 @@ from psrv.server.identity import SESSION_BYTES, link_id
 from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
 from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.server.node_catchup import PendingDownload, ReplicaProbe, SyncPath
-from psrv.server.node_guard import HeldQueue, Routes
+from psrv.server.node_guard import HeldQueue, Routes, check_addresses, mesh_of
 from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
@@ -96,7 +96,6 @@ from psrv.transport.events import (
     Tick,
 )
 from psrv.transport.messages import UNJOINED, Message, Op
-from psrv.transport.sockets import valid_address
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 #: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
@@ -354,10 +353,10 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def on_join_reply(self, msg: Message, routing_id: bytes | None) -> None:
         if self.state is not NodeState.JOINING or msg["token"] != self._token:
             return  # a late reply to an earlier attempt
-        mesh = _mesh_of(msg)
+        mesh = mesh_of(msg)
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
-        _check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
+        check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
         self._routes.announce(msg["routes"], fresh=True)
         self.node_id = msg["node_id"]
         self.seq = 0
@@ -382,65 +381,14 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def on_mesh(self, msg: Message, routing_id: bytes | None) -> None:
         if self.mesh is None or msg["version"] <= self.mesh.version:
             return
-        mesh = _mesh_of(msg)
+        mesh = mesh_of(msg)
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
-        _check_addresses(mesh, self.node_id)
+        check_addresses(mesh, self.node_id)
         self._routes.announce(msg["routes"])
         self._install_mesh(mesh)
         self._release_held()
-
-    def on_heartbeat(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.state is NodeState.JOINING:
-            return
-        if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
-            if self._last_ctrl_beat is not None:  # the longest silence between two of the controller's beats
-                gap = (self._now - self._last_ctrl_beat) * 1000.0
-                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
-                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
-            self._last_ctrl_beat = self._now
-            return
-        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
-        latest = {int(k): int(v) for k, v in msg["watermark"].items()}
-        self._ctrl_origins = set(latest)
-        self._prune_origins(latest)
-        self._set_acknowledged(latest.get(self.node_id, 0))
-        if self.state is not NodeState.RUNNING:
-            return
-        mine = self.seen.watermark()
-        self._ctrl_watermarks.append((latest, self.seq, mine))
-        if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
-            return
-        # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
-        old, own_seq_then, mine_then = self._ctrl_watermarks[0]
-        quiet = self.config.heartbeat_s * self.config.missed_beats
-        acknowledged = latest.get(self.node_id, 0)
-        stuck = acknowledged == old.get(self.node_id, 0)
-        if stuck and acknowledged < own_seq_then and self._now - self._last_resend > quiet:
-            self._last_resend = self._now
-            self._resend_own(acknowledged, own_seq_then)
-        self._resend_departed(latest, old, quiet)
-        behind = [o for o, w in old.items()
-                  if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
-        if behind and self._now - self.download.last_sync > quiet:
-            self.log.warning("node %d is behind the controller for origins %s: re-syncing", self.node_id,
-                             behind[:8])
-            self._begin_sync(f"behind for origins {behind[:8]}")
-
-    def _prune_origins(self, latest: dict[int, int]) -> None:
-        """Forget what the controller forgot: departed origins no longer in its watermark."""
-        self._recent_origins &= self._ctrl_origins
-        kept = self.config.departed_kept_s / 2  # the controller gives a departed member's gaps up by then
-        for origin in [o for o, at in self._departed_at.items() if self._now - at > kept]:
-            del self._departed_at[origin]
-        if self.mesh is None:
-            return
-        for origin in self.seen.origins():
-            # a departed member the controller never heard from is kept a while: we may hold its updates
-            if origin not in latest and origin not in self.mesh and origin != self.node_id \
-                    and origin not in self._departed_at:
-                self.seen.forget(origin)
 
     def on_update(self, msg: Message, routing_id: bytes | None) -> None:
         if self.state is NodeState.JOINING:
@@ -513,25 +461,6 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         if watermark != self.acknowledged:
             self.acknowledged = watermark
             self._emit(Notify("acknowledged"))
-
-def _mesh_of(msg: Message) -> MeshOrganizer:
-    try:
-        return MeshOrganizer.from_dict(msg["mesh"])
-    except TransportError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
-        raise FrameRejectedError("bad_field",
-                                 f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
-
-
-def _check_addresses(mesh: MeshOrganizer, node_id: int) -> None:
-    """Every neighbour address this node would connect to is HOST:PORT."""
-    bad = [mesh.address(n) for n in mesh.neighbours(node_id) if n != CONTROLLER_ID
-           and not valid_address(mesh.address(n))]
-    if bad:
-        raise FrameRejectedError("bad_field",
-                                 f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
-
 
 _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {
     Op.JOIN_REPLY: NodeMachine.on_join_reply,
