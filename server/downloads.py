@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = ["Downloads", "DownloadToken", "MasterSnapshot", "Reading"]
+
 
 @dataclass
 class MasterSnapshot:

@@ -16,6 +16,8 @@ from psrv.transport.counters import Counters
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message
 
+__all__ = ["MasterCopy", "Reject"]
+
 Reject = Callable[[str, str], None]
 
 

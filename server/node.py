@@ -37,6 +37,7 @@ from psrv.server.node_machine import ApplyHook, ApplyManyHook, NodeMachine, Node
 from psrv.server.node_state import SlotToken
 from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
 from psrv.server.updates import check_payload
+from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
 from psrv.transport.errors import (
@@ -58,6 +59,7 @@ from psrv.transport.events import (
     SendSubmitted,
     Submit,
 )
+from psrv.transport.loop import Loop
 
 __all__ = ["Node", "NodeState"]
 
@@ -79,8 +81,6 @@ class Node:
         installed: Callable[[np.ndarray], None] | None = None,
         apply_many: ApplyManyHook | None = None,
     ) -> None:
-        from psrv.server.warmup import check_params
-
         self.config = config
         self.params = check_params(params)
         self.lock = lock if lock is not None else threading.RLock()
@@ -143,9 +143,6 @@ class Node:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Node:
         """Bind, start the I/O thread, join and catch up; raises what went wrong (JoinError...)."""
-        from psrv.server.warmup import warm_up_decode
-        from psrv.transport.loop import Loop
-
         if self._loop is not None:
             raise NotRunningError("node already started")
         dtype = self.params.dtype
@@ -206,8 +203,6 @@ class Node:
 
     def counters(self) -> dict[str, Any]:
         """A snapshot of this process's counters plus the checksum of the local parameters."""
-        from psrv.server.warmup import params_checksum
-
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
         snap["address"] = self.address

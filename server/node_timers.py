@@ -17,6 +17,8 @@ from psrv.server.warmup import params_checksum
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.messages import Message, Op
 
+__all__ = ["BACKOFF_MAX_S", "Timers"]
+
 _STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
                "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
 BACKOFF_MAX_S = 2.0

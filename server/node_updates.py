@@ -20,6 +20,8 @@ from psrv.transport.errors import FrameRejectedError
 from psrv.transport.events import ReleaseSlots, Send
 from psrv.transport.messages import Message
 
+__all__ = ["UpdatePath"]
+
 
 class UpdatePath:
     """Own updates out, received updates in; see the module docstring."""

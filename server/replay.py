@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 from psrv.server.seen import covered
 
+__all__ = ["Entry", "ReplayLog"]
+
 Entry = tuple[int, int, np.ndarray, dict]  # origin, seq, encoded payload, header fields
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from psrv.server.dedup import SeenUpdates
 
+__all__ = ["covered", "restore"]
+
 
 def restore(window: int, watermark: dict[int, int], extra: dict[int, list[int]]) -> SeenUpdates:
     """A SeenUpdates holding exactly the downloaded set: the watermark plus the extra seqs."""

@@ -27,6 +27,12 @@ from typing import Any, Protocol
 
 from psrv.transport.messages import Message
 
+__all__ = [
+    "Action", "CheckDone", "CheckRequested", "ChunkArrived", "Connect", "Disconnect",
+    "Download", "Dropped", "Event", "Machine", "Notify", "Ready", "Received", "ReleaseSlots", "Reply",
+    "Send", "SendSubmitted", "Started", "Stop", "Stopping", "Submit", "Tick",
+]
+
 # ------------------------------------------------------------------------------------ events
 
 
@@ -205,8 +211,6 @@ class Notify:
 
 
 Action = Send | Reply | Connect | Disconnect | Download | Ready | Stop | ReleaseSlots | Notify
-#: the actions a role's facade carries out itself (the loop never sees them)
-FACADE_ACTIONS = (ReleaseSlots, Notify)
 
 
 class Machine(Protocol):

@@ -85,11 +85,11 @@ _GAUGES = frozenset({"node_id", "mesh_version", "params_sum", "params_abs_sum", 
 
 def start_controller(conf: Any, spark_context: SparkContext, network: Any, kept: bool) -> LiveController:
     """A controller holding ``network``'s parameters and updater state (keys generated when secure)."""
-    from psrv.server import Controller
+    from psrv.server import Controller  # lazy: zmq and the I/O loop load only when a run starts one
 
     keys = None
     if conf.secure:
-        from psrv.transport.keys import generate_keys
+        from psrv.transport.keys import generate_keys  # lazy: keys imports zmq (only a secure run needs it)
 
         keys = generate_keys()
     host = conf.controller_host(spark_context.getConf().get("spark.driver.host"))
