@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from psrv.server.controller_machine import ControllerMachine
 from psrv.server.identity import new_session
+from psrv.server.locked import LockedMachine
 from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.update_intake import ApplyHook
 from psrv.server.warmup import check_params, params_checksum, warm_up_decode
@@ -54,7 +55,6 @@ class Controller:
             self.params,
             updater_state=updater_state,
             apply=apply,
-            lock=self.lock,
             session=self.session,
             counters=self.counters_,
             wall_clock=time.time,
@@ -63,7 +63,7 @@ class Controller:
         self.machine.status_counters = self.counters
         self._loop = Loop(
             config,
-            self.machine,
+            LockedMachine(self.machine, self.lock),  # every handle under the lock its callers hold
             role=self.role,
             counters=self.counters_,
             params_nbytes=self.params.nbytes,

@@ -20,21 +20,20 @@ Construction (everything it touches is injected; the simulation passes plain obj
         params,                 # the master copy: a writeable 1-D float array, updated in place
         updater_state=None,     # optional array served with params to nodes that ask for it
         apply=None,             # optional hook(payload, header) applying an update instead of decode
-        lock=None,              # held around every read/write of params (default: no lock)
         session=b"...",         # 16 bytes: key of the routing ids this controller presents
         counters=None,          # a transport Counters (shared with the I/O loop); default a new one
         wall_clock=None,        # () -> seconds since the epoch, for display fields only (default 0.0)
         address="",             # the controller's address, until ``Started`` tells it
     )
 
-``handle`` is deterministic: every map it iterates is keyed by int ids or insertion-ordered, and it
-reads no clock, random source or environment. A message it refuses is counted (``counters.reject``)
-and logged; it never raises for anything a frame says.
+It holds no lock: the facade (server/controller.py) runs every ``handle`` under the lock its callers
+hold while they read the master copy. ``handle`` is deterministic: every map it iterates is keyed
+by int ids or insertion-ordered, and it reads no clock, random source or environment. A message it
+refuses is counted (``counters.reject``) and logged; it never raises for anything a frame says.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -95,7 +94,6 @@ class ControllerMachine:
         *,
         updater_state: np.ndarray | None = None,
         apply: ApplyHook | None = None,
-        lock: Any = None,
         session: bytes = b"\x00" * 16,
         counters: Counters | None = None,
         wall_clock: Callable[[], float] | None = None,
@@ -104,7 +102,6 @@ class ControllerMachine:
     ) -> None:
         self.config = config
         self.master = MasterCopy(config, params, updater_state=updater_state, apply=apply, counters=counters,
-                                 lock=lock if lock is not None else contextlib.nullcontext(),
                                  wall_clock=wall_clock)
         self.session = session
         self.counters = self.master.counters
@@ -473,10 +470,6 @@ class ControllerMachine:
     @updater_state.setter
     def updater_state(self, value: np.ndarray | None) -> None:
         self.master.updater_state = value
-
-    @property
-    def lock(self) -> Any:
-        return self.master.lock
 
     def _plain_counters(self) -> dict[str, Any]:
         return self.master.counters_with_checksum(self.address)

@@ -22,9 +22,9 @@ Reject = Callable[[str, str], None]
 
 
 class MasterCopy:
-    """The parameters (updated in place under ``lock``), the optional updater state, and ``seen``,
-    the exactly-once filter of what was applied. ``apply``: a hook applying one update instead of
-    decoding it into ``params`` (the live parameters are elsewhere)."""
+    """The parameters (updated in place; the facade holds its lock around every event), the optional
+    updater state, and ``seen``, the exactly-once filter of what was applied. ``apply``: a hook
+    applying one update instead of decoding it into ``params`` (the live parameters are elsewhere)."""
 
     def __init__(
         self,
@@ -33,14 +33,12 @@ class MasterCopy:
         *,
         updater_state: np.ndarray | None,
         apply: ApplyHook | None,
-        lock: Any,
         counters: Counters | None,
         wall_clock: Callable[[], float] | None,
     ) -> None:
         self.config = config
         self.params = params
         self.updater_state = updater_state
-        self.lock = lock
         self.counters = counters if counters is not None else Counters()
         self.wall_clock = wall_clock or (lambda: 0.0)
         self.seen = SeenUpdates(config.dedup_window)
@@ -70,7 +68,7 @@ class MasterCopy:
     def apply(self, payload: np.ndarray, fields: dict, reject: Reject) -> bool:
         """Apply one update and count it; one that does not decode is refused (params untouched)."""
         try:
-            apply_once(payload, fields, hook=self._apply_hook, params=self.params, lock=self.lock)
+            apply_once(payload, fields, hook=self._apply_hook, params=self.params)
         except FrameRejectedError as exc:
             reject(exc.reason, exc.detail)
             return False
@@ -80,9 +78,8 @@ class MasterCopy:
 
     def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> MasterSnapshot:
         """A read-only copy with the exact set of updates it holds; ``members``: id -> dropped so far."""
-        with self.lock:
-            params = self.params.copy()
-            updater = self.updater_state.copy() if want_updater else None
+        params = self.params.copy()
+        updater = self.updater_state.copy() if want_updater else None
         params.flags.writeable = False
         if updater is not None:
             updater.flags.writeable = False
@@ -94,7 +91,6 @@ class MasterCopy:
         snap = self.counters.snapshot()
         snap["node_id"] = 0
         snap["address"] = address
-        with self.lock:
-            snap.update(params_checksum(self.params))
+        snap.update(params_checksum(self.params))
         snap["checksum_updates"] = self.counters["updates_applied"]
         return snap

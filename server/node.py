@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.locked import LockedMachine
 from psrv.server.node_machine import ApplyHook, ApplyManyHook, NodeMachine, NodeState
 from psrv.server.node_state import SlotToken
 from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
@@ -52,7 +53,6 @@ from psrv.transport.events import (
     Action,
     CheckDone,
     CheckRequested,
-    Event,
     Notify,
     ReleaseSlots,
     Send,
@@ -95,18 +95,11 @@ class Node:
             apply_many=apply_many, installed=installed, want_updater_state=want_updater_state,
             counters=self.counters_,
         )
-        self._last_now = 0.0  # the machine's time never goes back between the two threads
+        self._driven = LockedMachine(self.machine, self.lock, self._carry_out)  # what the loop drives
         self._loop: Any = None
 
-    def _handle(self, event: Event, now: float) -> list[Action]:
-        """The machine's ``handle`` under ``node.lock`` (what the loop drives); the facade's own actions
-        are carried out here, the rest go back to the loop."""
-        with self.lock:
-            self._last_now = now = max(now, self._last_now)
-            actions = self.machine.handle(event, now)
-        return self._carry_out(actions)
-
     def _carry_out(self, actions: list[Action]) -> list[Action]:
+        """Carry out the machine's actions meant for the facade; the rest are the loop's."""
         rest: list[Action] = []
         for action in actions:
             if isinstance(action, ReleaseSlots):
@@ -147,7 +140,7 @@ class Node:
             raise NotRunningError("node already started")
         dtype = self.params.dtype
         self._loop = Loop(
-            self.config, _Driven(self._handle), role="node", counters=self.counters_,
+            self.config, self._driven, role="node", counters=self.counters_,
             params_nbytes=self.params.nbytes,
             warm_up=(lambda: warm_up_decode(dtype)) if self._apply_hook is None else None,
             on_stopped=self._notified,
@@ -251,10 +244,9 @@ class Node:
                 except Exception as exc:
                     self._slots.release()
                     raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc
-            self._last_now = now = max(time.monotonic(), self._last_now)
-            actions = self.machine.handle(Submit(payload, fields, slot=True, more=True), now)
+            # (the only actions: ReleaseSlots, carried out; a gathered submit is sent by the loop)
+            self._driven.handle(Submit(payload, fields, slot=True, more=True), time.monotonic())
             seq = self.machine.submitted_seq
-        self._carry_out(actions)  # (only ReleaseSlots: a gathered submit is sent by the loop)
         if seq:
             self._loop.post(SendSubmitted())
         return seq
@@ -332,10 +324,3 @@ class Node:
     def _verdict(self, tolerance: float, current: Callable[[], np.ndarray] | None) -> Any:
         with self.lock:
             return self.machine.check_verdict(tolerance, current)
-
-
-class _Driven:
-    """What the loop drives: the node's machine behind the facade's lock."""
-
-    def __init__(self, handle: Callable[[Event, float], list[Action]]) -> None:
-        self.handle = handle
