@@ -13,7 +13,7 @@ UPDATE carries them as header fields by name, each row of UPDATES as a list in `
 order. The payload's own 4-word header (count or N, N, float32 bits of tau, form) is checked in O(1)
 against the model (its size, ``max_tau``) by ``payload_header``; the body is validated in full where
 it is used, by ``decode``. The transport asks this module (``psrv.transport.messages`` for the
-catalogue, ``psrv.transport.updates`` for batching and payloads); it never parses either header itself.
+catalogue, ``psrv.server.updates`` for batching and payloads); it never parses either header itself.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ from __future__ import annotations
 from psrv.transport.config import TransportConfig
 from psrv.transport.errors import FrameRejectedError
 
+__all__ = ["MESH_BROADCAST_MIN_S", "MESH_BROADCAST_PER_MEMBER_S", "JoinGate", "MeshAnnouncer"]
+
 # a join burst or a wave of departures sends every member one MESH per this interval (at most), not
 # one per change: N joins no longer cost every member N messages that each hold the whole mesh. The
 # interval grows with the mesh (each broadcast is N messages of N entries): 0.5 s for 1 024 members

@@ -14,13 +14,15 @@ import time
 from typing import Any
 
 import numpy as np
-from psrv.server.controller_machine import ApplyHook, ControllerMachine
+from psrv.server.controller_machine import ControllerMachine
+from psrv.server.identity import new_session
+from psrv.server.locked import LockedMachine
+from psrv.server.mesh import CONTROLLER_ID
+from psrv.server.update_intake import ApplyHook
+from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
-from psrv.transport.identity import new_session
 from psrv.transport.loop import Loop
-from psrv.transport.mesh import CONTROLLER_ID
-from psrv.transport.warmup import check_params, params_checksum, warm_up_decode
 
 __all__ = ["CHECKSUM_MIN_INTERVAL_S", "Controller"]
 
@@ -53,7 +55,6 @@ class Controller:
             self.params,
             updater_state=updater_state,
             apply=apply,
-            lock=self.lock,
             session=self.session,
             counters=self.counters_,
             wall_clock=time.time,
@@ -62,7 +63,7 @@ class Controller:
         self.machine.status_counters = self.counters
         self._loop = Loop(
             config,
-            self.machine,
+            LockedMachine(self.machine, self.lock),  # every handle under the lock its callers hold
             role=self.role,
             counters=self.counters_,
             params_nbytes=self.params.nbytes,

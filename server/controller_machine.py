@@ -3,7 +3,7 @@
 Root of the mesh, holder of the master copy, keeper of membership. It admits joining nodes
 (bounded: members, joins not heard from yet, joins per second), places them (mesh.py), binds each
 member id to the routing id it joined from, sends every member each new mesh version with the
-routing ids it may accept (transport/identity.py; coalesced: at most one broadcast per 0.1 s, and a
+routing ids it may accept (server/identity.py; coalesced: at most one broadcast per 0.1 s, and a
 new member's catch-up starts once the others were sent a mesh that holds it: announce.py), relays
 updates to its children, applies every update once to the master copy, serves parameter downloads
 (params + optional updater state + the exact set of sequences they include, one shared snapshot
@@ -20,21 +20,20 @@ Construction (everything it touches is injected; the simulation passes plain obj
         params,                 # the master copy: a writeable 1-D float array, updated in place
         updater_state=None,     # optional array served with params to nodes that ask for it
         apply=None,             # optional hook(payload, header) applying an update instead of decode
-        lock=None,              # held around every read/write of params (default: no lock)
         session=b"...",         # 16 bytes: key of the routing ids this controller presents
         counters=None,          # a transport Counters (shared with the I/O loop); default a new one
         wall_clock=None,        # () -> seconds since the epoch, for display fields only (default 0.0)
         address="",             # the controller's address, until ``Started`` tells it
     )
 
-``handle`` is deterministic: every map it iterates is keyed by int ids or insertion-ordered, and it
-reads no clock, random source or environment. A message it refuses is counted (``counters.reject``)
-and logged; it never raises for anything a frame says.
+It holds no lock: the facade (server/controller.py) runs every ``handle`` under the lock its callers
+hold while they read the master copy. ``handle`` is deterministic: every map it iterates is keyed
+by int ids or insertion-ordered, and it reads no clock, random source or environment. A message it
+refuses is counted (``counters.reject``) and logged; it never raises for anything a frame says.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -42,21 +41,25 @@ from typing import Any
 
 import numpy as np
 from psrv.server.announce import JoinGate, MeshAnnouncer
-from psrv.server.controller_records import NodeRecord, status_view
-from psrv.server.liveness import BeatTimer, FreezeGuard, Members
+from psrv.server.controller_records import NodeRecord, stats_view, status_view
+from psrv.server.dedup import SeenUpdates
+from psrv.server.departed import DepartedMembers
+from psrv.server.identity import MemberIdentities, link_id, parse_session
+from psrv.server.liveness import BeatTimer, FreezeGuard, Members, controller_beats
 from psrv.server.master_copy import MasterCopy
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.params_server import ParamsServer
+from psrv.server.update_intake import ApplyHook
+from psrv.server.updates import batch_message, groups
 from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
-from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import Downloads, DownloadToken
 from psrv.transport.errors import FrameRejectedError, TransportError
 from psrv.transport.events import (
     Action,
     ChunkArrived,
     Connect,
     Disconnect,
-    Download,
     Dropped,
     Event,
     Ready,
@@ -68,18 +71,12 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.identity import link_id, parse_session
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import Message, Op
 from psrv.transport.sockets import valid_address
-from psrv.transport.updates import batch_message, groups
 
 __all__ = ["ControllerMachine", "NodeRecord"]
 
 _DEPARTED_KEPT = 256
-_RETIRING_MAX = 4096  # departed members whose state is kept at most, whatever departed_kept_s says
-_NAMES_KEPT = 65536
-ApplyHook = Callable[[np.ndarray, dict], None]
 
 
 class ControllerMachine:
@@ -97,7 +94,6 @@ class ControllerMachine:
         *,
         updater_state: np.ndarray | None = None,
         apply: ApplyHook | None = None,
-        lock: Any = None,
         session: bytes = b"\x00" * 16,
         counters: Counters | None = None,
         wall_clock: Callable[[], float] | None = None,
@@ -106,7 +102,6 @@ class ControllerMachine:
     ) -> None:
         self.config = config
         self.master = MasterCopy(config, params, updater_state=updater_state, apply=apply, counters=counters,
-                                 lock=lock if lock is not None else contextlib.nullcontext(),
                                  wall_clock=wall_clock)
         self.session = session
         self.counters = self.master.counters
@@ -121,21 +116,17 @@ class ControllerMachine:
         self._beat = BeatTimer(config.heartbeat_s)
         self._freeze = FreezeGuard(config.heartbeat_s)
         self._records: dict[int, NodeRecord] = {}  # the members, by id
-        self._tokens: dict[str, int] = {}
-        self._identity: dict[int, bytes] = {}  # member id -> routing id of the connection it joined from
-        self._by_identity: dict[bytes, int] = {}
-        self._sessions: dict[int, bytes] = {}  # member id -> its join session (per-link routing ids)
+        self._ids = MemberIdentities()
+        self._tokens, self._identity = self._ids.tokens, self._ids.routing  # (read-only views here)
         self._dropped: dict[int, int] = {}  # member id -> relayed messages dropped for it so far
-        self._names_seen: dict[str, None] = {}  # insertion-ordered, the oldest forgotten beyond _NAMES_KEPT
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
-        self._retiring: dict[int, float] = {}  # departed member -> when; its updates still count
-        self._unclosed: dict[int, float] = {}  # departed member -> when, until its gaps are given up
+        self._departed_members = DepartedMembers()  # their late updates still count, for a while
         self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
         self._announcer = MeshAnnouncer(config.heartbeat_s)  # MESH broadcasts, coalesced
         self._deferred: dict[int, Message] = {}  # catch-ups that wait until the others know the member
-        self._names_by_id: dict[int, str | None] = {}  # every id admitted (the newest _NAMES_KEPT)
         self._gate = JoinGate(config)
-        self._downloads = Downloads()
+        self._params_server = ParamsServer(self.master, config, self.log)
+        self._downloads = self._params_server.downloads
         self._handlers: dict[Op, Callable[[Message, bytes, float], None]] = {
             Op.JOIN: self._on_join,
             Op.UPDATE: self._on_update,
@@ -167,7 +158,6 @@ class ControllerMachine:
             self._started(event.address, now)
         elif kind is Stopping:
             self._stopping()
-        # Command: the controller's API needs none (its queries run through the driver's call())
         self._out = []
         return out
 
@@ -184,20 +174,16 @@ class ControllerMachine:
             if not self._records:
                 self.mesh = MeshOrganizer(self.config.mesh, self.config.fan_out, controller_address=address)
         self._freeze.restart(now)  # a warm-up before the loop ran was not a freeze
-        self.log.info(
-            "controller listening on %s (mesh %s, fan-out %d, heartbeat %.2f s)",
-            self.address, self.config.mesh, self.config.fan_out, self.config.heartbeat_s,
-        )
+        self.log.info("controller listening on %s (mesh %s, fan-out %d, heartbeat %.2f s)", self.address,
+                      self.config.mesh, self.config.fan_out, self.config.heartbeat_s)
         self._out.append(Ready())
 
     def _stopping(self) -> None:
         bye = Message(Op.SHUTDOWN, {"reason": "the controller is stopping"}, src=CONTROLLER_ID)
         for node_id in self.member_ids():
             self._out.append(Send(node_id, bye))
-        self.log.info(
-            "controller %s stopping; %d updates applied to the master copy",
-            self.address, self.counters["updates_applied"],
-        )
+        self.log.info("controller %s stopping; %d updates applied to the master copy", self.address,
+                      self.counters["updates_applied"])
         self._out.append(Stop())
 
     # ------------------------------------------------------------------ receiving
@@ -275,7 +261,7 @@ class ControllerMachine:
         self._announcer.replied(node_id, self.mesh.version)
 
     def _admit_join(self, msg: Message, rid: bytes, session: bytes | None, now: float) -> int:
-        previous = self._by_identity.get(rid)
+        previous = self._ids.by_routing.get(rid)
         rejoining = previous is not None and previous in self._records
         self._gate.admit(len(self._records) - rejoining, len(self._pending), now)
         address = msg["address"]
@@ -287,24 +273,13 @@ class ControllerMachine:
             self._remove(previous, "left", "rejoined from the same connection", now)
         node_id = self.mesh.allocate_id()
         name = msg["name"]
-        restart = name is not None and name in self._names_seen
-        if name is not None:
-            self._names_seen[name] = None
-            if len(self._names_seen) > _NAMES_KEPT:
-                del self._names_seen[next(iter(self._names_seen))]
+        restart = self._ids.seen_name(name)
         self._out.append(Connect(node_id, address, routing_id=self.routing_id_to(node_id)))
         place = self.mesh.add_node(node_id, address)
         self._announcer.joined(node_id, self.mesh.version)
         self.members.joined(node_id, now)
-        self._tokens[msg["token"]] = node_id
-        self._names_by_id[node_id] = name
-        if len(self._names_by_id) > _NAMES_KEPT:
-            del self._names_by_id[next(iter(self._names_by_id))]
+        self._ids.bind(node_id, rid, session, msg["token"], name)
         self._pending[node_id] = now
-        self._identity[node_id] = rid
-        self._by_identity[rid] = node_id
-        if session is not None:
-            self._sessions[node_id] = session
         self._dropped[node_id] = 0
         self._records[node_id] = NodeRecord(node_id, address, name, msg["token"], restart, self.wall_clock())
         self.counters.add("joins")
@@ -316,16 +291,7 @@ class ControllerMachine:
         return node_id
 
     def _routes_for(self, node_id: int) -> dict[int, str]:
-        """The routing ids ``node_id`` accepts messages from: those the controller and its neighbours
-        present on their connections TO IT (a node that joined with no session: the one it joined from)."""
-        routes = {CONTROLLER_ID: self.routing_id_to(node_id).hex()}
-        for other in self.mesh.neighbours(node_id):
-            session = self._sessions.get(other)
-            if session is not None:
-                routes[other] = link_id(session, node_id).hex()
-            elif other in self._identity:
-                routes[other] = self._identity[other].hex()
-        return routes
+        return self._ids.routes_for(node_id, self.mesh.neighbours(node_id), self.routing_id_to(node_id))
 
     # ------------------------------------------------------------------ updates
     def _on_update(self, msg: Message, rid: bytes, now: float) -> None:
@@ -335,9 +301,8 @@ class ControllerMachine:
             self._relay([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
         for fields, _, payload in fresh:
             self.master.apply(payload, fields, self._reject)
-        for origin in sorted({f["origin"] for f, _, _ in fresh if f["origin"] in self._retiring
-                              and f["origin"] not in self._unclosed}):  # re-sent after its gaps were given up
-            self._close_gaps(origin)
+        for origin in self._departed_members.reopened(f["origin"] for f, _, _ in fresh):
+            self._close_gaps(origin)  # re-sent after its gaps were given up
 
     def _close_gaps(self, origin: int) -> None:
         """Give a departed member's gaps up: beats (contiguous marks) then cover all of it the master holds
@@ -351,16 +316,9 @@ class ControllerMachine:
     def _origin_allowed(self, origin: int, came_from: int) -> bool:
         """A member's own updates, a recently departed member's, or one relayed up from inside the
         sender's own subtree."""
-        if origin == came_from or origin in self._retiring:
+        if origin == came_from or origin in self._departed_members:
             return True
-        if origin not in self.mesh:
-            return False
-        parent = self.mesh.parent(origin)
-        while parent > CONTROLLER_ID:
-            if parent == came_from:
-                return True
-            parent = self.mesh.parent(parent)
-        return False
+        return origin in self.mesh and self.mesh.below(origin, came_from)
 
     def _relay(self, items: list[tuple[dict, Any]], came_from: int, now: float) -> None:
         targets = self.mesh.relay_targets(CONTROLLER_ID, came_from=came_from)
@@ -399,40 +357,7 @@ class ControllerMachine:
         self._serve_params(msg)
 
     def _serve_params(self, msg: Message) -> None:
-        node_id = msg.src
-        want_updater = bool(msg["want_updater"]) and self.master.updater_state is not None
-        version = self.counters["updates_applied"]
-        snapshot = self._downloads.snapshot_for(
-            node_id, version, want_updater, self._dropped.get(node_id, 0),
-            self.config.replay_ring_messages // 2, self.master.seen.watermark_of(node_id),
-        )
-        shared = snapshot is not None
-        if snapshot is None:
-            members = {node_id: self._dropped.get(node_id, 0) for node_id in self.member_ids()}
-            snapshot = self.master.snapshot(version, want_updater, members)
-            self._downloads.adopt(snapshot)
-        fields = {
-            "request_id": msg["request_id"],
-            "dtype": snapshot.params.dtype.str,
-            "size": int(snapshot.params.size),
-            "updater_dtype": None if not want_updater else snapshot.updater.dtype.str,
-            "updater_size": 0 if not want_updater else int(snapshot.updater.size),
-            "watermark": snapshot.watermark,
-            "extra_seen": snapshot.extra_seen,
-        }
-        self.log.info(
-            "sending params (%d values, %d origins in the watermark, %s snapshot) to node %d",
-            snapshot.params.size, len(snapshot.watermark), "a shared" if shared else "a new", node_id,
-        )
-        self.counters.add("downloads_shared" if shared else "downloads_new_snapshot")
-        # paced by the driver on the pipe the member's relayed updates take: whatever was relayed before
-        # the snapshot arrives before its pieces; whatever after may come between them, and the node
-        # (syncing) holds it and applies what the snapshot lacks
-        self._downloads.start(node_id, snapshot)
-        record = self._downloads.active[node_id]
-        buffers = [snapshot.params] + ([snapshot.updater] if want_updater else [])
-        reply = Message(Op.PARAMS_REPLY, fields, buffers, src=CONTROLLER_ID)
-        self._out.append(Download(node_id, reply, DownloadToken(self._downloads, node_id, record)))
+        self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids()))
 
     # ------------------------------------------------------------------ other messages
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:
@@ -457,17 +382,12 @@ class ControllerMachine:
         if record is not None:
             record.state, record.left_at, record.reason = state, self.wall_clock(), reason
             self._departed.append(record)
-            self._tokens.pop(record.token, None)
-        identity = self._identity.pop(node_id, None)
-        if identity is not None and self._by_identity.get(identity) == node_id:
-            del self._by_identity[identity]
-        self._sessions.pop(node_id, None)
+        self._ids.forget(node_id, record.token if record is not None else None)
         self._announcer.removed(node_id)
         self._deferred.pop(node_id, None)
         self._dropped.pop(node_id, None)
         self._pending.pop(node_id, None)
-        self._retiring[node_id] = now  # its in-flight updates still count, for a while
-        self._unclosed[node_id] = now
+        self._departed_members.add(node_id, now)  # its in-flight updates still count, for a while
         self.counters.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
@@ -518,20 +438,8 @@ class ControllerMachine:
         self._downloads.forget_stale(self.counters["updates_applied"])
 
     def _send_beats(self) -> None:
-        """Two beats per member. The liveness beat travels on its own path: back through the ROUTER
-        on the connection the member joined from (which carries only replies), never behind the
-        relayed updates and download pieces queued on the controller's connection to it. The beat
-        with the watermarks stays on that data connection, in order with the relayed updates: a
-        node compares its own watermarks with it ("am I behind?"), and a watermark that overtook the
-        updates it counts would make a node on a slow pipe re-sync for nothing."""
-        fields = {"mesh_version": self.mesh.version, "stats": {}}
-        alive = Message(Op.HEARTBEAT, {**fields, "watermark": {}}, src=CONTROLLER_ID)
-        beat = Message(Op.HEARTBEAT, {**fields, "watermark": self.master.seen.watermark()}, src=CONTROLLER_ID)
-        for node_id in self.member_ids():
-            identity = self._identity.get(node_id)
-            if identity is not None:
-                self._out.append(Reply(identity, alive))
-            self._out.append(Send(node_id, beat))
+        self._out.extend(controller_beats(self.member_ids(), self._identity, self.mesh.version,
+                                          self.master.seen.watermark()))
 
     def _prune_departed(self, now: float) -> None:
         """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
@@ -539,21 +447,12 @@ class ControllerMachine:
         replies) stay as small as the live mesh whatever the history. A later update of that origin
         is refused (``bad_origin``): ids are never reused."""
         kept = self.config.departed_kept_s
-        seen = self.master.seen
         # before that its gaps are given up (_close_gaps), after twice the missed-beat timeout: a node
         # holding one of them re-sends it first (two beats of a stuck watermark: _resend_departed)
-        close_after = min(kept / 2, 2 * self.members.timeout_s)
-        for node_id, since in list(self._unclosed.items()):
-            if now - since <= close_after:
-                break
-            del self._unclosed[node_id]
+        for node_id in self._departed_members.gaps_due(now, min(kept / 2, 2 * self.members.timeout_s)):
             self._close_gaps(node_id)
-        for node_id, since in list(self._retiring.items()):
-            if now - since <= kept and len(self._retiring) <= _RETIRING_MAX:
-                break  # oldest first: the rest are younger
-            del self._retiring[node_id]
-            self._unclosed.pop(node_id, None)
-            seen.forget(node_id)
+        for node_id in self._departed_members.expired(now, kept):
+            self.master.seen.forget(node_id)
 
     # ------------------------------------------------------------------ views
     @property
@@ -572,10 +471,6 @@ class ControllerMachine:
     def updater_state(self, value: np.ndarray | None) -> None:
         self.master.updater_state = value
 
-    @property
-    def lock(self) -> Any:
-        return self.master.lock
-
     def _plain_counters(self) -> dict[str, Any]:
         return self.master.counters_with_checksum(self.address)
 
@@ -585,15 +480,11 @@ class ControllerMachine:
 
     def node_stats(self) -> list[dict[str, Any]]:
         """Each member's latest heartbeat stats (online, then departed)."""
-        online = [
-            {"id": r.node_id, "state": "online", "stats": dict(r.stats)} for r in self._records.values()
-        ]
-        departed = [{"id": r.node_id, "state": r.state, "stats": dict(r.stats)} for r in self._departed]
-        return online + departed
+        return stats_view(self._records.values(), self._departed)
 
     def member_names(self) -> dict[int, str | None]:
-        return dict(self._names_by_id)
+        return dict(self._ids.names_by_id)
 
     def retiring(self) -> list[int]:
         """Departed members whose late updates still count (their per-origin state is kept)."""
-        return list(self._retiring)
+        return list(self._departed_members.retiring)

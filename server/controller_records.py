@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from psrv.server.liveness import Members
-from psrv.transport.mesh import MeshOrganizer
+from psrv.server.mesh import MeshOrganizer
 
 
 @dataclass
@@ -72,3 +73,13 @@ def status_view(machine: Any, counters: dict[str, Any], now: float) -> dict[str,
         "params_size": int(machine.params.size),
         "checksum": {k: counters[k] for k in ("params_sum", "params_abs_sum", "params_crc32")},
     }
+
+
+def stats_view(online: Iterable[NodeRecord], departed: Iterable[NodeRecord]) -> list[dict[str, Any]]:
+    """Each member's latest heartbeat stats (online, then departed)."""
+    return [{"id": r.node_id, "state": "online", "stats": dict(r.stats)} for r in online] + [
+        {"id": r.node_id, "state": r.state, "stats": dict(r.stats)} for r in departed
+    ]
+
+
+__all__ = ["NodeRecord", "node_view", "stats_view", "status_view"]

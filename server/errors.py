@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ServerError"]
+
 
 class ServerError(Exception):
     """Base class of every error raised by psrv.server."""

@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BeatTimer", "FreezeGuard", "Members", "MemberState", "PeerWatch", "FROZEN_BEATS"]
+from psrv.server.mesh import CONTROLLER_ID
+from psrv.transport.events import Reply, Send
+from psrv.transport.messages import Message, Op
+
+__all__ = [
+    "BeatTimer", "FreezeGuard", "Members", "MemberState", "PeerWatch", "FROZEN_BEATS", "controller_beats",
+]
 
 FROZEN_BEATS = 2.0  # a tick gap longer than this many beats means this process was frozen
 
@@ -162,3 +168,24 @@ class FreezeGuard:
     def restart(self, now: float) -> None:
         """Count from ``now`` (e.g. the loop just started: a warm-up before it was not a freeze)."""
         self._last = now
+
+
+def controller_beats(
+    member_ids: list[int], routing: dict[int, bytes], mesh_version: int, watermark: dict[int, int]
+) -> list[Reply | Send]:
+    """The controller's two beats per member. The liveness beat travels on its own path: back through
+    the ROUTER on the connection the member joined from (``routing``; it carries only replies), never
+    behind the relayed updates and download pieces queued on the controller's connection to it. The
+    beat with the watermarks stays on that data connection, in order with the relayed updates: a
+    node compares its own watermarks with it ("am I behind?"), and a watermark that overtook the
+    updates it counts would make a node on a slow pipe re-sync for nothing."""
+    fields = {"mesh_version": mesh_version, "stats": {}}
+    alive = Message(Op.HEARTBEAT, {**fields, "watermark": {}}, src=CONTROLLER_ID)
+    beat = Message(Op.HEARTBEAT, {**fields, "watermark": watermark}, src=CONTROLLER_ID)
+    out: list[Reply | Send] = []
+    for node_id in member_ids:
+        identity = routing.get(node_id)
+        if identity is not None:
+            out.append(Reply(identity, alive))
+        out.append(Send(node_id, beat))
+    return out

@@ -6,24 +6,25 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from psrv.transport.codec import as_buffer
+from psrv.server.dedup import SeenUpdates
+from psrv.server.downloads import MasterSnapshot
+from psrv.server.update_intake import ApplyHook, apply_once, check_row, first_arrival
+from psrv.server.updates import unbatch
+from psrv.server.warmup import params_checksum
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
-from psrv.transport.dedup import SeenUpdates
-from psrv.transport.downloads import Snapshot
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message
-from psrv.transport.updates import check_payload, unbatch
-from psrv.transport.warmup import params_checksum
 
-ApplyHook = Callable[[np.ndarray, dict], None]
+__all__ = ["MasterCopy", "Reject"]
+
 Reject = Callable[[str, str], None]
 
 
 class MasterCopy:
-    """The parameters (updated in place under ``lock``), the optional updater state, and ``seen``,
-    the exactly-once filter of what was applied. ``apply``: a hook applying one update instead of
-    decoding it into ``params`` (the live parameters are elsewhere)."""
+    """The parameters (updated in place; the facade holds its lock around every event), the optional
+    updater state, and ``seen``, the exactly-once filter of what was applied. ``apply``: a hook
+    applying one update instead of decoding it into ``params`` (the live parameters are elsewhere)."""
 
     def __init__(
         self,
@@ -32,14 +33,12 @@ class MasterCopy:
         *,
         updater_state: np.ndarray | None,
         apply: ApplyHook | None,
-        lock: Any,
         counters: Counters | None,
         wall_clock: Callable[[], float] | None,
     ) -> None:
         self.config = config
         self.params = params
         self.updater_state = updater_state
-        self.lock = lock
         self.counters = counters if counters is not None else Counters()
         self.wall_clock = wall_clock or (lambda: 0.0)
         self.seen = SeenUpdates(config.dedup_window)
@@ -52,46 +51,24 @@ class MasterCopy:
         arrive for the first time; a bad row is a counted rejection, a repeat a counted duplicate."""
         fresh = []
         for fields, buffer in unbatch(msg):
-            origin, seq = fields["origin"], fields["seq"]
+            origin = fields["origin"]
             try:
                 if not origin_allowed(origin, msg.src):
                     raise FrameRejectedError(
                         "bad_origin", f"update of origin {origin} from {msg.src}: not a member it may relay"
                     )
-                if self.seen.too_far(origin, seq):
-                    raise FrameRejectedError(
-                        "bad_sequence",
-                        f"update {origin}/{seq} is more than {self.seen.window} ahead of what arrived",
-                    )
-                payload = check_payload(
-                    np.frombuffer(as_buffer(buffer), dtype=np.int32),
-                    self.params.size, f"update {origin}/{seq}", self.config.max_tau,
-                )[0]
+                payload = check_row(fields, buffer, self.seen, self.params.size, self.config.max_tau)
             except FrameRejectedError as exc:
                 reject(exc.reason, exc.detail)
                 continue
-            self.counters.add("updates_received")
-            if not self.seen.first_time(origin, seq):
-                self.counters.add("duplicates_dropped")
-                continue
-            fresh.append((fields, buffer, payload))
+            if first_arrival(fields, self.seen, self.counters):
+                fresh.append((fields, buffer, payload))
         return fresh
 
     def apply(self, payload: np.ndarray, fields: dict, reject: Reject) -> bool:
         """Apply one update and count it; one that does not decode is refused (params untouched)."""
         try:
-            if self._apply_hook is not None:
-                self._apply_hook(payload, fields)
-            else:
-                from psrv.encoding import MalformedMessageError, decode
-
-                try:
-                    with self.lock:
-                        decode(payload, self.params)
-                except MalformedMessageError as exc:
-                    raise FrameRejectedError(
-                        "bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {exc}"
-                    ) from None
+            apply_once(payload, fields, hook=self._apply_hook, params=self.params)
         except FrameRejectedError as exc:
             reject(exc.reason, exc.detail)
             return False
@@ -99,21 +76,21 @@ class MasterCopy:
         self.counters.gauges["last_applied_at"] = self.wall_clock()  # when the last update arrived
         return True
 
-    def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> Snapshot:
+    def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> MasterSnapshot:
         """A read-only copy with the exact set of updates it holds; ``members``: id -> dropped so far."""
-        with self.lock:
-            params = self.params.copy()
-            updater = self.updater_state.copy() if want_updater else None
+        params = self.params.copy()
+        updater = self.updater_state.copy() if want_updater else None
         params.flags.writeable = False
         if updater is not None:
             updater.flags.writeable = False
-        return Snapshot(params, updater, self.seen.watermark(), self.seen.above_watermark(), version, members)
+        return MasterSnapshot(
+            params, updater, self.seen.watermark(), self.seen.above_watermark(), version, members
+        )
 
     def counters_with_checksum(self, address: str) -> dict[str, Any]:
         snap = self.counters.snapshot()
         snap["node_id"] = 0
         snap["address"] = address
-        with self.lock:
-            snap.update(params_checksum(self.params))
+        snap.update(params_checksum(self.params))
         snap["checksum_updates"] = self.counters["updates_applied"]
         return snap

@@ -6,13 +6,16 @@ exact set of updates it includes and applies only what is newer. After that ever
 arrives is relayed onward (never back where it came from) and applied once into ``params`` under
 ``node.lock``.
 
-The protocol is ``NodeMachine`` (server/node_machine.py, no sockets, threads or clocks); this class
-runs it in one I/O loop (transport/loop.py) and gives the caller's thread its API. Submits: the
+The protocol is ``NodeMachine`` (server/node_machine.py, no sockets, threads, clocks or locks); this
+class runs it in one I/O loop (transport/loop.py) and gives the caller's thread its API. The lock
+lives here: every ``handle`` of the machine, on either thread, runs under ``node.lock``, and the
+actions meant for the facade (``ReleaseSlots``, ``Notify``) are carried out here. Submits: the
 caller's thread checks the update, takes a slot of the submit queue (``submit_queue_messages``;
 released when the frames reached every neighbour's socket), applies it (``apply_locally``) and
-has the machine number and remember it, all under ``node.lock``, then hands the machine's
-``Command("send")`` to the loop: ``submit`` returns the sequence number without waiting for the
-I/O thread. While (re)joining the update waits in the backlog (seq 0).
+hands the machine a ``Submit`` (it numbers and remembers it, gathered), all under ``node.lock``,
+then wakes the loop (``SendSubmitted``), which sends what was gathered: ``submit`` returns the
+sequence number without waiting for the I/O thread. While (re)joining the update waits in the
+backlog (seq 0).
 
 The training loop applies its own update and calls ``submit`` inside one ``with node.lock:`` (or
 calls ``submit(message, apply_locally=True)``, which does both): a re-sync then never loses a local
@@ -30,7 +33,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.locked import LockedMachine
 from psrv.server.node_machine import ApplyHook, ApplyManyHook, NodeMachine, NodeState
+from psrv.server.node_state import SlotToken
+from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
+from psrv.server.updates import check_payload
+from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
 from psrv.transport.errors import (
@@ -41,8 +49,17 @@ from psrv.transport.errors import (
     SendQueueFullError,
     TransportError,
 )
-from psrv.transport.replica import DEFAULT_TOLERANCE, ReplicaCheck
-from psrv.transport.updates import check_payload
+from psrv.transport.events import (
+    Action,
+    CheckDone,
+    CheckRequested,
+    Notify,
+    ReleaseSlots,
+    Send,
+    SendSubmitted,
+    Submit,
+)
+from psrv.transport.loop import Loop
 
 __all__ = ["Node", "NodeState"]
 
@@ -64,8 +81,6 @@ class Node:
         installed: Callable[[np.ndarray], None] | None = None,
         apply_many: ApplyManyHook | None = None,
     ) -> None:
-        from psrv.transport.warmup import check_params
-
         self.config = config
         self.params = check_params(params)
         self.lock = lock if lock is not None else threading.RLock()
@@ -76,11 +91,26 @@ class Node:
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._changed = threading.Condition()  # the machine caught up, was acknowledged, or stopped
         self.machine = NodeMachine(
-            config, self.params, controller_address, random_bytes=os.urandom, lock=self.lock, apply=apply,
+            config, self.params, controller_address, random_bytes=os.urandom, apply=apply,
             apply_many=apply_many, installed=installed, want_updater_state=want_updater_state,
-            release_slots=self._slots.release, notify=self._notified, counters=self.counters_,
+            counters=self.counters_,
         )
+        self._driven = LockedMachine(self.machine, self.lock, self._carry_out)  # what the loop drives
         self._loop: Any = None
+
+    def _carry_out(self, actions: list[Action]) -> list[Action]:
+        """Carry out the machine's actions meant for the facade; the rest are the loop's."""
+        rest: list[Action] = []
+        for action in actions:
+            if isinstance(action, ReleaseSlots):
+                self._slots.release(action.count)
+            elif isinstance(action, Notify):
+                self._notified()
+            else:
+                if isinstance(action, Send) and isinstance(action.token, SlotToken):
+                    action.token.bind(self._slots.release)
+                rest.append(action)
+        return rest
 
     def _notified(self, what: str | BaseException | None = None) -> None:
         """The machine caught up, was acknowledged or stopped (or the loop ended): wake the waiters."""
@@ -106,14 +136,12 @@ class Node:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Node:
         """Bind, start the I/O thread, join and catch up; raises what went wrong (JoinError...)."""
-        from psrv.transport.loop import Loop
-        from psrv.transport.warmup import warm_up_decode
-
         if self._loop is not None:
             raise NotRunningError("node already started")
         dtype = self.params.dtype
         self._loop = Loop(
-            self.config, self.machine, role="node", counters=self.counters_, params_nbytes=self.params.nbytes,
+            self.config, self._driven, role="node", counters=self.counters_,
+            params_nbytes=self.params.nbytes,
             warm_up=(lambda: warm_up_decode(dtype)) if self._apply_hook is None else None,
             on_stopped=self._notified,
         )
@@ -168,8 +196,6 @@ class Node:
 
     def counters(self) -> dict[str, Any]:
         """A snapshot of this process's counters plus the checksum of the local parameters."""
-        from psrv.transport.warmup import params_checksum
-
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
         snap["address"] = self.address
@@ -218,9 +244,11 @@ class Node:
                 except Exception as exc:
                     self._slots.release()
                     raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc
-            seq, command = self.machine.submit(payload, fields)
-        if command is not None:
-            self._loop.command(command.name, command.args)
+            # (the only actions: ReleaseSlots, carried out; a gathered submit is sent by the loop)
+            self._driven.handle(Submit(payload, fields, slot=True, more=True), time.monotonic())
+            seq = self.machine.submitted_seq
+        if seq:
+            self._loop.post(SendSubmitted())
         return seq
 
     def wait_acknowledged(self, timeout_s: float) -> bool:
@@ -260,7 +288,7 @@ class Node:
         Downloads a snapshot of the controller's parameters with the exact set of updates they include,
         waits (up to ``timeout_s``) until this node has applied every one of them, then compares
         ``params`` with the snapshot plus the updates this node applied that the snapshot lacks (from its
-        replay ring; see transport/replica.py). Costs one parameter download; call it after
+        replay ring; see server/replica.py). Costs one parameter download; call it after
         ``wait_acknowledged``. Never raises for a timeout: the result's status says "unavailable".
         ``current`` returns the live replica when it is not ``params`` (an ``apply`` hook that decodes
         elsewhere, e.g. into GPU parameters); it is called under the node's lock.
@@ -273,13 +301,13 @@ class Node:
             while time.monotonic() < deadline:
                 remaining = max(0.1, deadline - time.monotonic())
                 if not requested:
-                    self._loop.command("check_request")
+                    self._loop.post(CheckRequested())
                     requested = self.call(lambda: machine.probe.request != 0, timeout_s=remaining)
                     if not requested:  # (re)joining or re-syncing: ask once it runs again
                         last = f"node is {self.state}"
                         time.sleep(0.05)
                         continue
-                result = self.call(lambda: machine.check_verdict(tolerance, current), timeout_s=remaining)
+                result = self.call(lambda: self._verdict(tolerance, current), timeout_s=remaining)
                 if isinstance(result, ReplicaCheck):
                     return result
                 if result == "resynced":  # the replica was replaced meanwhile: check the new one
@@ -290,5 +318,9 @@ class Node:
             return ReplicaCheck("unavailable", detail=f"{type(exc).__name__}: {exc}")
         finally:
             if self.running:
-                self._loop.command("check_done")
+                self._loop.post(CheckDone())
         return ReplicaCheck("unavailable", detail=f"no comparable snapshot within {timeout_s} s ({last})")
+
+    def _verdict(self, tolerance: float, current: Callable[[], np.ndarray] | None) -> Any:
+        with self.lock:
+            return self.machine.check_verdict(tolerance, current)

@@ -1,9 +1,9 @@
 """The node's parameter downloads: catch-up after a join, re-sync when behind, and the snapshot a
 ``check_replica`` compares against. Pure pieces of ``NodeMachine`` (no sockets, no clocks).
 
-- ``Download``: request ids, the catch-up deadline and the retry back-off of a download that
+- ``PendingDownload``: request ids, the catch-up deadline and the retry back-off of a download that
   stopped moving (a lost reply or chunk is asked for again, slower each time).
-- ``Snapshot`` / ``parse_snapshot``: a PARAMS_REPLY as arrays and the exact set of updates the
+- ``DownloadedCopy`` / ``parse_snapshot``: a PARAMS_REPLY as arrays and the exact set of updates the
   parameters include (watermark + the seqs above it); anything that does not fit this model is a
   counted ``bad_payload`` rejection, never an exception out of the machine.
 - ``ReplicaProbe``: the state of one ``check_replica``: which request it waits for, its snapshot,
@@ -16,20 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import psrv.encoding as encoding
+from psrv.server.dedup import SeenUpdates
 from psrv.server.node_state import NodeState
+from psrv.server.replay import ReplayLog
+from psrv.server.replica import ReplicaCheck, compare, covers, expected_replica
+from psrv.server.seen import restore
 from psrv.transport.codec import as_buffer
-from psrv.transport.dedup import SeenUpdates
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Ready
+from psrv.transport.events import Notify, Ready
 from psrv.transport.messages import Message, Op
-from psrv.transport.replay import ReplayLog
-from psrv.transport.replica import ReplicaCheck, compare, covers, expected_replica
-from psrv.transport.seen import restore
 
 DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
 
 
-class Download:
+class PendingDownload:
     """Request numbering and timers of the node's parameter downloads."""
 
     def __init__(self, timeout_s: float) -> None:
@@ -74,7 +75,7 @@ class Download:
 
 
 @dataclass
-class Snapshot:
+class DownloadedCopy:
     master: np.ndarray  # a read-only view of the reply's buffer
     updater: np.ndarray | None
     watermark: dict[int, int]
@@ -93,8 +94,8 @@ def _array(buffer: object, dtype: str, size: int, what: str) -> np.ndarray:
     return array
 
 
-def parse_snapshot(msg: Message, params_size: int) -> Snapshot:
-    """A PARAMS_REPLY (catalogue-checked) as a Snapshot for a model of ``params_size`` values."""
+def parse_snapshot(msg: Message, params_size: int) -> DownloadedCopy:
+    """A PARAMS_REPLY (catalogue-checked) as a DownloadedCopy for a model of ``params_size`` values."""
     master = _array(msg.buffers[0], msg["dtype"], params_size, "the parameters")
     updater = None
     if msg["updater_dtype"] is not None:
@@ -103,7 +104,7 @@ def parse_snapshot(msg: Message, params_size: int) -> Snapshot:
         updater = np.array(_array(msg.buffers[1], msg["updater_dtype"], msg["updater_size"], "the updater"))
     watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
     extra = {int(o): [int(x) for x in s] for o, s in msg["extra_seen"].items()}
-    return Snapshot(master, updater, watermark, extra)
+    return DownloadedCopy(master, updater, watermark, extra)
 
 
 class ReplicaProbe:
@@ -111,7 +112,7 @@ class ReplicaProbe:
 
     def __init__(self) -> None:
         self.request = 0
-        self.snapshot: Snapshot | None = None
+        self.snapshot: DownloadedCopy | None = None
         self.resyncs = 0  # the node's re-sync count when the snapshot arrived
 
     def reset(self) -> None:
@@ -136,14 +137,12 @@ class ReplicaProbe:
             return "resynced"
         if not covers(seen, snap.watermark, snap.extra):
             return None
-        from psrv.encoding import decode
-
         if replay.incomplete(snap.watermark):
             return ReplicaCheck("incomplete", detail="updates beyond the snapshot fell out of the "
                                 "replay ring; raise replay_ring_messages / replay_ring_bytes")
         extra = {o: set(s) for o, s in snap.extra.items()}
         expected, replayed = expected_replica(snap.master, replay.missing_from(snap.watermark, extra),
-                                              decode)
+                                              encoding.decode)
         return compare(live(), expected, replayed, tolerance)
 
 
@@ -170,30 +169,29 @@ class SyncPath:
         self._ctrl_origins = set(snap.watermark)
         extra = {o: set(s) for o, s in snap.extra.items()}
         replayed = 0
-        with self.lock:
-            np.copyto(self.params, snap.master, casting="same_kind")
-            if self._installed is not None:
-                self._installed(self.params)
-            if snap.updater is not None:
-                self.updater_state = snap.updater
-            incomplete = self.replay.incomplete(snap.watermark)
-            seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
-            for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
-                self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
-                seen.first_time(origin, seq)
-                replayed += 1
-            for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
-                if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
-                    self.replay.remember(origin, seq, payload, fields)
-            self.seen = seen
-            self.state = NodeState.RUNNING
-            backlog, self.backlog = self.backlog, []
-            sends = []
-            for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
-                self.apply_local(payload)
-                self.seq += 1
-                self.replay.remember(self.node_id, self.seq, payload, fields)
-                sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
+        np.copyto(self.params, snap.master, casting="same_kind")
+        if self._installed is not None:
+            self._installed(self.params)
+        if snap.updater is not None:
+            self.updater_state = snap.updater
+        incomplete = self.replay.incomplete(snap.watermark)
+        seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
+        for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
+            self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
+            seen.first_time(origin, seq)
+            replayed += 1
+        for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
+            if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
+                self.replay.remember(origin, seq, payload, fields)
+        self.seen = seen
+        self.state = NodeState.RUNNING
+        backlog, self.backlog = self.backlog, []
+        sends = []
+        for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
+            self.apply_local(payload)
+            self.seq += 1
+            self.replay.remember(self.node_id, self.seq, payload, fields)
+            sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
         if sends:
             self._send_own(sends)
         if incomplete:
@@ -205,7 +203,7 @@ class SyncPath:
         self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
                       snap.master.size, len(snap.watermark), replayed)
         self._emit(Ready())  # start() returns (a driver ignores repeats)
-        self._notify("ready")
+        self._emit(Notify("ready"))
 
     def _begin_sync(self, reason: str) -> None:
         self.state = NodeState.SYNCING
@@ -231,4 +229,6 @@ class SyncPath:
                                 src=self.node_id))
 
 
-__all__ = ["DOWNLOAD_RETRY_MIN_S", "Download", "ReplicaProbe", "Snapshot", "SyncPath", "parse_snapshot"]
+__all__ = [
+    "DOWNLOAD_RETRY_MIN_S", "DownloadedCopy", "PendingDownload", "ReplicaProbe", "SyncPath", "parse_snapshot",
+]

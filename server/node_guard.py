@@ -20,8 +20,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
-from psrv.transport.errors import FrameRejectedError
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.transport.errors import FrameRejectedError, TransportError
+from psrv.transport.messages import Message
+from psrv.transport.sockets import valid_address
 
 T = TypeVar("T")
 
@@ -122,4 +124,27 @@ def patience_s(heartbeat_s: float) -> float:
     return max(HELD_MIN_S, 4 * heartbeat_s)
 
 
-__all__ = ["HELD_MAX", "HeldQueue", "Routes", "origin_allowed", "parse_routes", "patience_s"]
+def mesh_of(msg: Message) -> MeshOrganizer:
+    """The mesh snapshot a JOIN_REPLY or MESH carries; one that does not parse is a rejected frame."""
+    try:
+        return MeshOrganizer.from_dict(msg["mesh"])
+    except TransportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
+        raise FrameRejectedError("bad_field",
+                                 f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
+
+
+def check_addresses(mesh: MeshOrganizer, node_id: int) -> None:
+    """Every neighbour address this node would connect to is HOST:PORT."""
+    bad = [mesh.address(n) for n in mesh.neighbours(node_id) if n != CONTROLLER_ID
+           and not valid_address(mesh.address(n))]
+    if bad:
+        raise FrameRejectedError("bad_field",
+                                 f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
+
+
+__all__ = [
+    "HELD_MAX", "HeldQueue", "Routes", "check_addresses", "mesh_of", "origin_allowed", "parse_routes",
+    "patience_s",
+]

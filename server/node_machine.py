@@ -15,16 +15,18 @@ Construct::
 
     NodeMachine(config, params, controller_address, random_bytes=rng.randbytes)
 
-optional: ``lock`` (a context manager held while ``params``/the replay ring change; default a
-no-op, the public ``Node`` passes its RLock), ``apply(payload, header)`` / ``apply_many(payloads,
-headers)`` (the live parameters are elsewhere, e.g. on a GPU), ``installed(params)`` (after each
-download), ``want_updater_state``, ``release_slots(n)`` (the submit queue's slots, released when
-the own update they hold reached every target socket: ``Send.token.sent()``), ``notify(what)``
-("ready" once caught up, "acknowledged" when the controller's watermark of our updates moved,
-"stopped"), ``counters`` (shared with the driver).
+optional: ``apply(payload, header)`` / ``apply_many(payloads, headers)`` (the live parameters are
+elsewhere, e.g. on a GPU), ``installed(params)`` (after each download), ``want_updater_state``,
+``counters`` (shared with the driver). The machine holds no lock and is entered by one thread at a
+time: the facade (server/node.py) holds its lock around every ``handle``, so ``params`` and the
+replay ring never change under a caller that holds it. Besides the loop's actions it returns
+``ReleaseSlots(n)`` (submit-queue slots to give back; the slots of an own update sent to peers are
+given back by its ``Send.token`` once the frames reached every target socket, bound by the facade)
+and ``Notify(what)`` ("ready" once caught up, "acknowledged" when the controller's watermark of our
+updates moved, "stopped"): the facade carries those out.
 
 Lifecycle: ``Started(address)`` draws a session (16 random bytes, sent in JOIN; each connection to
-member ``m`` presents ``link_id(session, m)``, transport/identity.py), opens the connection to the
+member ``m`` presents ``link_id(session, m)``, server/identity.py), opens the connection to the
 controller and sends JOIN, again with back-off until ``join_timeout_s`` (then ``Stop(JoinError)``).
 JOIN_REPLY gives the id, the mesh and the routes (routing id -> member: a member's messages count
 only from the routing id announced for it; controller-only ops only from the controller; updates
@@ -41,31 +43,33 @@ rejoin attempts (a new session each) for
 ``controller_lost_timeout_s`` (then ``Stop(ControllerLostError)``); EVICTED rejoins at once,
 SHUTDOWN stops with ControllerLostError. ``Stopping`` says LEAVE.
 
-Submits (called by the caller's thread, NOT through ``handle``): ``submit(payload, fields)``
-numbers the update and remembers it under ``lock`` and returns ``(seq, command)``; the caller
-hands ``command`` (a ``Command("send")``) to the driver, which delivers it to ``handle`` in order.
-While (re)joining the update goes to the backlog instead (seq 0, no command): it is numbered and
-sent after the catch-up, or dropped with the replica it was applied to (``backlog_dropped``).
+Submits: ``handle(Submit(payload, fields))`` numbers the update (``submitted_seq``), remembers it
+and sends it; with ``more`` set it is gathered and sent with the next event (``SendSubmitted``),
+several in one batch. While (re)joining the update goes to the backlog instead (``submitted_seq``
+0): it is numbered and sent after the catch-up, or dropped with the replica it was applied to
+(``backlog_dropped``). Requests of a replica check: ``CheckRequested``, ``CheckDone``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from psrv.server.dedup import SeenUpdates
+from psrv.server.identity import SESSION_BYTES, link_id
 from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
-from psrv.server.node_catchup import Download, ReplicaProbe, SyncPath
-from psrv.server.node_guard import HeldQueue, Routes
+from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.node_catchup import PendingDownload, ReplicaProbe, SyncPath
+from psrv.server.node_guard import HeldQueue, Routes, check_addresses, mesh_of
 from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
+from psrv.server.replay import ReplayLog
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
-from psrv.transport.dedup import SeenUpdates
 from psrv.transport.errors import (
     ControllerLostError,
     FatalTransportError,
@@ -74,24 +78,24 @@ from psrv.transport.errors import (
 )
 from psrv.transport.events import (
     Action,
+    CheckDone,
+    CheckRequested,
     ChunkArrived,
-    Command,
     Connect,
     Disconnect,
     Dropped,
     Event,
+    Notify,
     Received,
+    ReleaseSlots,
     Send,
     Started,
     Stop,
     Stopping,
+    Submit,
     Tick,
 )
-from psrv.transport.identity import SESSION_BYTES, link_id
-from psrv.transport.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.transport.messages import UNJOINED, Message, Op
-from psrv.transport.replay import ReplayLog
-from psrv.transport.sockets import valid_address
 
 ApplyHook = Callable[[np.ndarray, dict], None]
 #: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
@@ -113,24 +117,18 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         controller_address: str,
         *,
         random_bytes: Callable[[int], bytes],
-        lock: Any = None,
         apply: ApplyHook | None = None,
         apply_many: ApplyManyHook | None = None,
         installed: Callable[[np.ndarray], None] | None = None,
         want_updater_state: bool = False,
-        release_slots: Callable[[int], None] | None = None,
-        notify: Callable[[str], None] | None = None,
         counters: Counters | None = None,
     ) -> None:
         self.config = config
         self.params = params
         self.controller_address = controller_address
-        self.lock = lock if lock is not None else contextlib.nullcontext()
         self.want_updater_state = want_updater_state
         self._random = random_bytes
         self._apply_hook, self._apply_many, self._installed = apply, apply_many, installed
-        self._release = release_slots or (lambda n: None)
-        self._notify = notify or (lambda what: None)
         self.counters_ = counters if counters is not None else Counters()
         self.log = logging.getLogger("psrv.transport.node")
         self._now = 0.0
@@ -145,6 +143,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self.mesh: MeshOrganizer | None = None
         self.seen = SeenUpdates(config.dedup_window)
         self.seq = 0
+        self.submitted_seq = 0  # what the last Submit was numbered (0: kept in the backlog)
         self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
         self.backlog: list[tuple[np.ndarray, dict]] = []
         self.acknowledged = 0  # the controller's watermark of our own updates, as last announced
@@ -169,13 +168,13 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self._backoff = BACKOFF_FIRST_S
         self._lost_since: float | None = None  # when the controller was lost (rejoining since)
         self._last_ctrl_beat: float | None = None
-        self.download = Download(config.catchup_timeout_s)
+        self.download = PendingDownload(config.catchup_timeout_s)
         self.probe = ReplicaProbe()
         self._out: list[Action] = []
         self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
 
     def link_id(self, to: int) -> bytes:
-        """The routing id this node's connection to member ``to`` presents (transport/identity.py)."""
+        """The routing id this node's connection to member ``to`` presents (server/identity.py)."""
         return link_id(self.session, to)
 
     # ------------------------------------------------------------------ the one entry point
@@ -183,19 +182,24 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         """Advance the protocol by one event; the actions for the driver to carry out, in order."""
         self._now = now
         if self.stopped is not False:
-            if isinstance(event, Command) and event.name == "send" and event.args.get("slot"):
-                self._release(1)  # a submit that raced the stop
+            self.submitted_seq = 0
+            if isinstance(event, Submit) and event.slot:
+                return [ReleaseSlots(1)]  # a submit that raced the stop
             return []
         self._out = out = []
-        if self._gathered and not (isinstance(event, Command) and event.name == "send"):
+        if self._gathered and not isinstance(event, Submit):
             self._flush_gathered()
         try:
             if isinstance(event, Received):
                 self._on_received(event)
             elif isinstance(event, Tick):
                 self._tick(now)
-            elif isinstance(event, Command):
-                self._on_command(event)
+            elif isinstance(event, Submit):
+                self._on_submit(event)
+            elif isinstance(event, CheckRequested):
+                self._request_check()
+            elif isinstance(event, CheckDone):
+                self.probe.reset()
             elif isinstance(event, ChunkArrived):
                 self._on_chunk(event)
             elif isinstance(event, Dropped):
@@ -217,54 +221,51 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def _stop(self, error: BaseException | None) -> None:
         if error is not None:
             self.log.error("node %d (%s) stopped: %s", self.node_id, self.address, error)
-        with self.lock:
-            self.backlog.clear()
+        self.backlog.clear()
         slots = sum(1 for item in self._gathered if item.get("slot"))
         self._gathered = []
         if slots:
-            self._release(slots)
+            self._emit(ReleaseSlots(slots))
         self.stopped = error
         self._emit(Stop(error))
-        self._notify("stopped")
+        self._emit(Notify("stopped"))
 
     def _reject(self, reason: str, detail: str) -> None:
         self.counters_.reject(reason)
         self._limited.warning(f"reject:{reason}", "node %s rejected a message (%s): %s",
                               self.address, reason, detail)
 
-    # ------------------------------------------------------------------ caller API (any thread)
-    def submit(self, payload: np.ndarray, fields: dict, *, slot: bool = True) -> tuple[int, Command | None]:
-        """Number and remember one checked own update (the caller applied it already, under ``lock``).
-
-        Returns ``(seq, Command("send"))`` for the driver to deliver to ``handle``; ``(0, None)``
-        when (re)joining: the update waits in the backlog and ``slot`` (if held) is released now."""
-        with self.lock:
-            if self.state is NodeState.RUNNING and self.stopped is False:
-                self.seq += 1
-                seq = self.seq
-                self.replay.remember(self.node_id, seq, payload, fields)
-                args = {"origin": self.node_id, "seq": seq, "payload": payload, "fields": fields,
-                        "slot": slot}
-                return seq, Command("send", args)
-            self.backlog.append((payload, fields))
-            if len(self.backlog) > self.config.replay_ring_messages:
-                # dropped consistently: the catch-up replaces the parameters it was applied to
-                del self.backlog[0]
-                self.counters_.add("backlog_dropped")
-        if slot:
-            self._release(1)
-        return 0, None
+    # ------------------------------------------------------------------ the task thread's requests
+    def _on_submit(self, event: Submit) -> None:
+        """Number and remember one checked own update (applied locally already), then send it (or
+        gather it while ``more`` says another follows); while (re)joining keep it in the backlog."""
+        if self.state is NodeState.RUNNING:
+            self.seq += 1
+            self.submitted_seq = self.seq
+            self.replay.remember(self.node_id, self.seq, event.payload, event.fields)
+            self._gathered.append({"origin": self.node_id, "seq": self.seq, "payload": event.payload,
+                                   "fields": event.fields, "slot": event.slot})
+            if not event.more:
+                self._flush_gathered()
+            return
+        self.submitted_seq = 0
+        self.backlog.append((event.payload, event.fields))
+        if len(self.backlog) > self.config.replay_ring_messages:
+            # dropped consistently: the catch-up replaces the parameters it was applied to
+            del self.backlog[0]
+            self.counters_.add("backlog_dropped")
+        if event.slot:
+            self._emit(ReleaseSlots(1))
 
     def all_acknowledged(self) -> bool:
         """Does the controller hold every update this node submitted (as its last beat said)?"""
         return self.state is not NodeState.JOINING and not self.backlog and self.acknowledged >= self.seq
 
     def check_verdict(self, tolerance: float, current: Callable[[], np.ndarray] | None = None) -> Any:
-        """``check_replica``'s verdict (see ReplicaProbe.verdict); call it on the driver's thread."""
-        with self.lock:
-            live = current if current is not None else (lambda: self.params)
-            return self.probe.verdict(self.state is NodeState.RUNNING, self.counters_["resyncs"],
-                                      self.seen, self.replay, live, tolerance)
+        """``check_replica``'s verdict (see ReplicaProbe.verdict); the caller holds the facade's lock."""
+        live = current if current is not None else (lambda: self.params)
+        return self.probe.verdict(self.state is NodeState.RUNNING, self.counters_["resyncs"],
+                                  self.seen, self.replay, live, tolerance)
 
     # ------------------------------------------------------------------ driver events
     def _on_started(self, event: Started) -> None:
@@ -299,18 +300,6 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self.counters_.add("updates_relayed", -event.count)
         self._limited.warning(f"drop:{event.peer}", "node %d: send queue to %d full, %d update(s) dropped",
                               self.node_id, event.peer, event.count)
-
-    def _on_command(self, event: Command) -> None:
-        if event.name == "send":  # gathered while the driver says more commands follow (one batch)
-            self._gathered.append(event.args)
-            if not getattr(event, "more", False):
-                self._flush_gathered()
-        elif event.name == "check_request":
-            self._request_check()
-        elif event.name == "check_done":
-            self.probe.reset()
-        else:
-            raise ValueError(f"node: unknown command {event.name!r}")
 
     def _flush_gathered(self) -> None:
         items, self._gathered = self._gathered, []
@@ -364,14 +353,13 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def on_join_reply(self, msg: Message, routing_id: bytes | None) -> None:
         if self.state is not NodeState.JOINING or msg["token"] != self._token:
             return  # a late reply to an earlier attempt
-        mesh = _mesh_of(msg)
+        mesh = mesh_of(msg)
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
-        _check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
+        check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
         self._routes.announce(msg["routes"], fresh=True)
-        with self.lock:
-            self.node_id = msg["node_id"]
-            self.seq = 0
+        self.node_id = msg["node_id"]
+        self.seq = 0
         self.ids_held.append(self.node_id)
         self._set_acknowledged(0)
         self._lost_since = None
@@ -393,65 +381,14 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def on_mesh(self, msg: Message, routing_id: bytes | None) -> None:
         if self.mesh is None or msg["version"] <= self.mesh.version:
             return
-        mesh = _mesh_of(msg)
+        mesh = mesh_of(msg)
         if self.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
             return
-        _check_addresses(mesh, self.node_id)
+        check_addresses(mesh, self.node_id)
         self._routes.announce(msg["routes"])
         self._install_mesh(mesh)
         self._release_held()
-
-    def on_heartbeat(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.state is NodeState.JOINING:
-            return
-        if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
-            if self._last_ctrl_beat is not None:  # the longest silence between two of the controller's beats
-                gap = (self._now - self._last_ctrl_beat) * 1000.0
-                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
-                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
-            self._last_ctrl_beat = self._now
-            return
-        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
-        latest = {int(k): int(v) for k, v in msg["watermark"].items()}
-        self._ctrl_origins = set(latest)
-        self._prune_origins(latest)
-        self._set_acknowledged(latest.get(self.node_id, 0))
-        if self.state is not NodeState.RUNNING:
-            return
-        mine = self.seen.watermark()
-        self._ctrl_watermarks.append((latest, self.seq, mine))
-        if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
-            return
-        # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
-        old, own_seq_then, mine_then = self._ctrl_watermarks[0]
-        quiet = self.config.heartbeat_s * self.config.missed_beats
-        acknowledged = latest.get(self.node_id, 0)
-        stuck = acknowledged == old.get(self.node_id, 0)
-        if stuck and acknowledged < own_seq_then and self._now - self._last_resend > quiet:
-            self._last_resend = self._now
-            self._resend_own(acknowledged, own_seq_then)
-        self._resend_departed(latest, old, quiet)
-        behind = [o for o, w in old.items()
-                  if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
-        if behind and self._now - self.download.last_sync > quiet:
-            self.log.warning("node %d is behind the controller for origins %s: re-syncing", self.node_id,
-                             behind[:8])
-            self._begin_sync(f"behind for origins {behind[:8]}")
-
-    def _prune_origins(self, latest: dict[int, int]) -> None:
-        """Forget what the controller forgot: departed origins no longer in its watermark."""
-        self._recent_origins &= self._ctrl_origins
-        kept = self.config.departed_kept_s / 2  # the controller gives a departed member's gaps up by then
-        for origin in [o for o, at in self._departed_at.items() if self._now - at > kept]:
-            del self._departed_at[origin]
-        if self.mesh is None:
-            return
-        for origin in self.seen.origins():
-            # a departed member the controller never heard from is kept a while: we may hold its updates
-            if origin not in latest and origin not in self.mesh and origin != self.node_id \
-                    and origin not in self._departed_at:
-                self.seen.forget(origin)
 
     def on_update(self, msg: Message, routing_id: bytes | None) -> None:
         if self.state is NodeState.JOINING:
@@ -504,10 +441,9 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         self.log.warning("node %d must rejoin: %s", self.node_id, reason)
         self._unknown.clear()
         self._stale.clear()
-        with self.lock:
-            self.replay.clear()
-            self.node_id = UNJOINED
-            self.state = NodeState.JOINING
+        self.replay.clear()
+        self.node_id = UNJOINED
+        self.state = NodeState.JOINING
         for node_id in sorted(self._peers):
             self._emit(Disconnect(node_id, 0.0))
         self._peers.clear()
@@ -524,26 +460,7 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
     def _set_acknowledged(self, watermark: int) -> None:
         if watermark != self.acknowledged:
             self.acknowledged = watermark
-            self._notify("acknowledged")
-
-def _mesh_of(msg: Message) -> MeshOrganizer:
-    try:
-        return MeshOrganizer.from_dict(msg["mesh"])
-    except TransportError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a crafted snapshot is a rejected frame, never a crash
-        raise FrameRejectedError("bad_field",
-                                 f"{msg.op}: mesh snapshot does not parse: {exc!s:.200}") from None
-
-
-def _check_addresses(mesh: MeshOrganizer, node_id: int) -> None:
-    """Every neighbour address this node would connect to is HOST:PORT."""
-    bad = [mesh.address(n) for n in mesh.neighbours(node_id) if n != CONTROLLER_ID
-           and not valid_address(mesh.address(n))]
-    if bad:
-        raise FrameRejectedError("bad_field",
-                                 f"mesh v{mesh.version} names invalid addresses {bad[:4]!r:.200}")
-
+            self._emit(Notify("acknowledged"))
 
 _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {
     Op.JOIN_REPLY: NodeMachine.on_join_reply,

@@ -13,17 +13,27 @@ class NodeState(StrEnum):
 
 
 class SlotToken:
-    """Releases the submit slots of own updates once their frames reached every target socket."""
+    """The submit slots of own updates, given back once their frames reached every target socket.
 
-    def __init__(self, targets: int, count: int, release: Callable[[int], None]) -> None:
-        self.remaining, self.count, self._release = targets, count, release
-        if targets == 0:
-            release(count)
+    The machine creates it (no callback: it holds no hook); the facade binds the release function
+    before the loop sees the ``Send`` that carries it. ``sent()`` on the machine's side (a target
+    without a connection) returns True when that was the last target: the machine then says
+    ``ReleaseSlots`` itself."""
 
-    def sent(self) -> None:
+    def __init__(self, targets: int, count: int) -> None:
+        self.remaining, self.count = targets, count
+        self._release: Callable[[int], None] | None = None
+
+    def bind(self, release: Callable[[int], None]) -> None:
+        self._release = release
+
+    def sent(self) -> bool:
         self.remaining -= 1
-        if self.remaining == 0:
+        if self.remaining != 0:
+            return False
+        if self._release is not None:
             self._release(self.count)
+        return True
 
 
 __all__ = ["NodeState", "SlotToken"]

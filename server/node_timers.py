@@ -1,6 +1,8 @@
 """The timers of ``NodeMachine``: join attempts with back-off and their deadline, the controller's
 silence (rejoin attempts until ``controller_lost_timeout_s``, then ControllerLostError), a frozen
-process checking in, a download that stopped moving, and the node's own beats.
+process checking in, a download that stopped moving, the node's own beats, and the controller's
+beats: the watermarks that drive the repairs (own updates re-sent, a departed member's updates
+re-sent, a re-sync when behind).
 
 A mixin of server/node_machine.py (it uses the machine's state); ``now`` is the driver's time.
 """
@@ -11,9 +13,11 @@ from typing import Any
 
 from psrv.server.liveness import BeatTimer
 from psrv.server.node_state import NodeState
+from psrv.server.warmup import params_checksum
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.messages import Message, Op
-from psrv.transport.warmup import params_checksum
+
+__all__ = ["BACKOFF_MAX_S", "Timers"]
 
 _STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
                "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
@@ -91,8 +95,7 @@ class Timers:
         stats["state"] = str(self.state)
         stats.update(self.counters_.gauges)  # e.g. mesh_version, and whatever the embedding process reports
         if self.config.status_stats and self.params.size <= self.config.checksum_max_params:
-            with self.lock:
-                stats.update(params_checksum(self.params))
+            stats.update(params_checksum(self.params))
         version = self.mesh.version if self.mesh is not None else 0
         self._send_ctrl(Message(Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}},
                                 src=self.node_id), urgent=True)  # never behind our own queued updates
@@ -101,3 +104,54 @@ class Timers:
         """The driver time of the next JOIN attempt while joining (a driver may tick then), else None."""
         return self._next_join if self.state is NodeState.JOINING and self.stopped is False else None
 
+    # ------------------------------------------------------------------ the controller's beats
+    def on_heartbeat(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.state is NodeState.JOINING:
+            return
+        if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
+            if self._last_ctrl_beat is not None:  # the longest silence between two of the controller's beats
+                gap = (self._now - self._last_ctrl_beat) * 1000.0
+                if gap > self.counters_.gauges.get("beat_gap_max_ms", 0.0):
+                    self.counters_.gauges["beat_gap_max_ms"] = round(gap, 2)
+            self._last_ctrl_beat = self._now
+            return
+        # the beat with the watermarks, in order with the updates relayed to us on the same pipe
+        latest = {int(k): int(v) for k, v in msg["watermark"].items()}
+        self._ctrl_origins = set(latest)
+        self._prune_origins(latest)
+        self._set_acknowledged(latest.get(self.node_id, 0))
+        if self.state is not NodeState.RUNNING:
+            return
+        mine = self.seen.watermark()
+        self._ctrl_watermarks.append((latest, self.seq, mine))
+        if len(self._ctrl_watermarks) < self._ctrl_watermarks.maxlen:
+            return
+        # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
+        old, own_seq_then, mine_then = self._ctrl_watermarks[0]
+        quiet = self.config.heartbeat_s * self.config.missed_beats
+        acknowledged = latest.get(self.node_id, 0)
+        stuck = acknowledged == old.get(self.node_id, 0)
+        if stuck and acknowledged < own_seq_then and self._now - self._last_resend > quiet:
+            self._last_resend = self._now
+            self._resend_own(acknowledged, own_seq_then)
+        self._resend_departed(latest, old, quiet)
+        behind = [o for o, w in old.items()
+                  if o != self.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
+        if behind and self._now - self.download.last_sync > quiet:
+            self.log.warning("node %d is behind the controller for origins %s: re-syncing", self.node_id,
+                             behind[:8])
+            self._begin_sync(f"behind for origins {behind[:8]}")
+
+    def _prune_origins(self, latest: dict[int, int]) -> None:
+        """Forget what the controller forgot: departed origins no longer in its watermark."""
+        self._recent_origins &= self._ctrl_origins
+        kept = self.config.departed_kept_s / 2  # the controller gives a departed member's gaps up by then
+        for origin in [o for o, at in self._departed_at.items() if self._now - at > kept]:
+            del self._departed_at[origin]
+        if self.mesh is None:
+            return
+        for origin in self.seen.origins():
+            # a departed member the controller never heard from is kept a while: we may hold its updates
+            if origin not in latest and origin not in self.mesh and origin != self.node_id \
+                    and origin not in self._departed_at:
+                self.seen.forget(origin)

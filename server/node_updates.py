@@ -2,7 +2,7 @@
 (never back where they came from) and applied once, and the rows held for a newer mesh view.
 
 A mixin of server/node_machine.py (it uses the machine's state: ``mesh``, ``seen``, ``replay``,
-``counters_``, ``lock``, ``_emit``...); split out to keep each module one job and short.
+``counters_``, ``_emit``...); split out to keep each module one job and short.
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import psrv.encoding as encoding
+from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.node_guard import origin_allowed, patience_s
 from psrv.server.node_state import NodeState, SlotToken
-from psrv.transport.codec import as_buffer
+from psrv.server.update_intake import apply_once, check_row, first_arrival
+from psrv.server.updates import batch_message, groups, unbatch
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Send
-from psrv.transport.mesh import CONTROLLER_ID
+from psrv.transport.events import ReleaseSlots, Send
 from psrv.transport.messages import Message
-from psrv.transport.updates import batch_message, check_payload, groups, unbatch
+
+__all__ = ["UpdatePath"]
 
 
 class UpdatePath:
@@ -29,7 +32,7 @@ class UpdatePath:
         for item in items:
             if item["origin"] != self.node_id or self.mesh is None:
                 if item.get("slot"):
-                    self._release(1)
+                    self._emit(ReleaseSlots(1))
                 continue  # submitted before a rejoin: the re-sync replaced the params it was applied to
             self.seen.first_time(item["origin"], item["seq"])
             ready.append(({"origin": item["origin"], "seq": item["seq"], **item["fields"]}, item["payload"],
@@ -39,7 +42,11 @@ class UpdatePath:
         targets = self.mesh.relay_targets(self.node_id, came_from=None)
         for group in groups(ready, size_of=lambda item: item[1].nbytes):
             slots = sum(1 for _, _, holds in group if holds)
-            token = SlotToken(len(targets), slots, self._release) if slots else None
+            token = None
+            if slots and targets:
+                token = SlotToken(len(targets), slots)
+            elif slots:
+                self._emit(ReleaseSlots(slots))
             self._relay([(fields, payload) for fields, payload, _ in group], came_from=None, token=token)
             self.counters_.add("updates_sent", len(group))
 
@@ -51,8 +58,8 @@ class UpdatePath:
         own = came_from is None
         for target in self.mesh.relay_targets(self.node_id, came_from=came_from):
             if target != CONTROLLER_ID and target not in self._peers:
-                if token is not None:
-                    token.sent()
+                if token is not None and token.sent():
+                    self._emit(ReleaseSlots(token.count))
                 continue
             for group in groups(items) if token is None else [items]:
                 self._emit(Send(target, batch_message(group, self.node_id), droppable=not own, token=token,
@@ -66,8 +73,7 @@ class UpdatePath:
         controller. Not along the mesh: in MESH mode the copy may have died past the first hop, and
         the neighbours that hold it would drop the re-send as a duplicate. The controller applies it
         and relays it to everyone (those who had it drop it as a duplicate)."""
-        with self.lock:
-            again = self.replay.own(self.node_id, acknowledged, upto)
+        again = self.replay.own(self.node_id, acknowledged, upto)
         items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
         for group in groups(items):
             self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
@@ -97,8 +103,7 @@ class UpdatePath:
             if top <= mark or self._now - self._last_departed_resend.get(origin, -1e18) <= quiet:
                 continue
             self._last_departed_resend[origin] = self._now
-            with self.lock:
-                again = self.replay.own(origin, mark, top)
+            again = self.replay.own(origin, mark, top)
             items = [({"origin": origin, "seq": seq, **fields}, payload) for seq, payload, fields in again]
             for group in groups(items):
                 self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
@@ -115,13 +120,12 @@ class UpdatePath:
                 if not self.replay.hold(fields["origin"], fields["seq"], payload, fields):
                     self.counters_.add("updates_dropped_backpressure")
             return
-        with self.lock:
-            if self._apply_many is not None and len(fresh) > 1:
-                self._apply_batch(fresh)
-                return
-            for fields, _, payload in fresh:
-                if self._apply_counted(payload, fields):
-                    self.replay.remember(fields["origin"], fields["seq"], payload, fields)
+        if self._apply_many is not None and len(fresh) > 1:
+            self._apply_batch(fresh)
+            return
+        for fields, _, payload in fresh:
+            if self._apply_counted(payload, fields):
+                self.replay.remember(fields["origin"], fields["seq"], payload, fields)
 
     def _fresh_updates(self, msg: Message) -> list[tuple[dict, Any, np.ndarray]]:
         """The rows of an UPDATE(S) as ``(fields, buffer, payload)`` that fit this model and arrive for
@@ -152,24 +156,10 @@ class UpdatePath:
         return fresh
 
     def _fits(self, fields: dict, buffer: Any) -> np.ndarray:
-        origin, seq = fields["origin"], fields["seq"]
-        if self.seen.too_far(origin, seq):
-            raise FrameRejectedError("bad_sequence",
-                                     f"update {origin}/{seq} is more than {self.seen.window} ahead of "
-                                     "what arrived")
-        view = as_buffer(buffer)
-        if view.nbytes % 4:
-            raise FrameRejectedError("bad_payload", f"update {origin}/{seq}: {view.nbytes} bytes is not "
-                                     "a whole number of int32 words")
-        return check_payload(np.frombuffer(view, dtype=np.int32), self.params.size,
-                             f"update {origin}/{seq}", self.config.max_tau)[0]
+        return check_row(fields, buffer, self.seen, self.params.size, self.config.max_tau)
 
     def _first_time(self, fields: dict) -> bool:
-        self.counters_.add("updates_received")
-        if self.seen.first_time(fields["origin"], fields["seq"]):
-            return True
-        self.counters_.add("duplicates_dropped")
-        return False
+        return first_arrival(fields, self.seen, self.counters_)
 
     def _origin_ok(self, origin: int, came_from: int) -> bool:
         return origin_allowed(self.mesh, self.node_id, origin, came_from,
@@ -198,7 +188,7 @@ class UpdatePath:
                     self._take([(fields, buffer, payload)], came_from)
 
     def _apply_batch(self, fresh: list[tuple[dict, Any, np.ndarray]]) -> None:
-        """Several updates through the ``apply_many`` hook, counted like one by one (under the lock)."""
+        """Several updates through the ``apply_many`` hook, counted like one by one."""
         results = self._apply_many([p for _, _, p in fresh], [f for f, _, _ in fresh])
         for (fields, _, payload), error in zip(fresh, results, strict=True):
             if error is not None:
@@ -220,26 +210,14 @@ class UpdatePath:
         return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
-        if self._apply_hook is not None:
-            self._apply_hook(payload, header)
-            return
-        from psrv.encoding import MalformedMessageError, decode
-
-        try:
-            with self.lock:
-                decode(payload, self.params)
-        except MalformedMessageError as exc:
-            raise FrameRejectedError("bad_payload", f"update {header.get('origin')}/{header.get('seq')}: "
-                                     f"{exc}") from None
+        apply_once(payload, header, hook=self._apply_hook, params=self.params)
 
     def apply_local(self, payload: np.ndarray) -> None:
         """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
-        holds ``lock``), through the ``apply`` hook when the parameters live behind it."""
+        holds the facade's lock), through the ``apply`` hook when the parameters live behind it."""
         if self._apply_hook is not None:  # the live parameters are behind the hook
             self._apply_hook(payload, {})
             return
-        from psrv.encoding import decode
-
-        decode(payload, self.params)
+        encoding.decode(payload, self.params)
 
     _decode_local = apply_local  # (the name the simulation adapters use)

@@ -17,6 +17,8 @@ from psrv.transport.codec import as_buffer, frame_size
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import Message, Op
 
+__all__ = ["ChunkPlan", "needs_chunking", "Reassembler", "split_message"]
+
 
 def needs_chunking(message: Message, chunk_bytes: int) -> bool:
     return sum(frame_size(b) for b in message.buffers) > chunk_bytes

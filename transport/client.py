@@ -14,6 +14,8 @@ from psrv.transport.messages import Message, Op
 from psrv.transport.netmask import choose_address
 from psrv.transport.sockets import Security, connect_dealer
 
+__all__ = ["request_status"]
+
 
 def request_status(
     address: str, config: TransportConfig | None = None, timeout_s: float = 5.0

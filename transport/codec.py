@@ -20,6 +20,11 @@ from psrv.encoding.update_header import check_payload_nbytes
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import CATALOGUE, INT64_MAX, PROTOCOL_VERSION, RESERVED, Message, Op
 
+__all__ = [
+    "REJECT_REASONS", "as_buffer", "decode_frames", "decode_header", "encode_frames", "frame_size",
+    "pack_header", "PackedDict", "update_payload",
+]
+
 REJECT_REASONS = (
     "empty",
     "header_too_large",

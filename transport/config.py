@@ -8,6 +8,8 @@ from typing import Any
 
 from psrv.transport.errors import TransportConfigError
 
+__all__ = ["MiB", "TransportConfig"]
+
 MiB = 1024 * 1024
 
 
@@ -146,7 +148,7 @@ class TransportConfig:
         if self.keys is not None:
             return self.keys
         if self.keys_dir:
-            from psrv.transport.keys import read_keys
+            from psrv.transport.keys import read_keys  # lazy: keys imports zmq; a config needs no zmq
 
             return read_keys(self.keys_dir)
         return None

@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+__all__ = ["COUNTER_NAMES", "Counters", "RateLimitedLog"]
+
 COUNTER_NAMES = (
     "updates_sent",  # own updates submitted and sent
     "updates_received",  # UPDATE messages received (including duplicates)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "AddressSelectionError", "ControllerLostError", "FatalTransportError", "FrameRejectedError",
+    "InvalidNetworkMaskError", "InvalidSequenceError", "InvalidUpdateError", "JoinError", "KeyFileError",
+    "MeshError", "NoMatchingInterfaceError", "NotRunningError", "RetryableTransportError",
+    "SendQueueFullError", "TransportConfigError", "TransportError", "UnknownNodeError",
+]
+
 
 class TransportError(Exception):
     """Base class of every error raised by psrv.transport."""

@@ -27,6 +27,12 @@ from typing import Any, Protocol
 
 from psrv.transport.messages import Message
 
+__all__ = [
+    "Action", "CheckDone", "CheckRequested", "ChunkArrived", "Connect", "Disconnect",
+    "Download", "Dropped", "Event", "Machine", "Notify", "Ready", "Received", "ReleaseSlots", "Reply",
+    "Send", "SendSubmitted", "Started", "Stop", "Stopping", "Submit", "Tick",
+]
+
 # ------------------------------------------------------------------------------------ events
 
 
@@ -73,14 +79,32 @@ class Dropped:
 
 
 @dataclass(frozen=True, slots=True)
-class Command:
-    """A request from the role's API (a caller thread), e.g. ``Command("send", {...})``."""
+class Submit:
+    """An own update the task thread hands over (checked, and applied locally already): the node
+    numbers it and sends it, or keeps it in the backlog while (re)joining. ``slot``: it holds one of
+    the submit queue's slots (given back with ``ReleaseSlots``); ``more``: another submit follows at
+    once, so the machine may gather them into one batch and send them with the last one (a driver
+    that hands over one at a time leaves it False)."""
 
-    name: str
-    args: dict[str, Any] = field(default_factory=dict)
-    # another queued command follows at once: a machine may gather (e.g. batch sends) and act on the
-    # last one; a driver that delivers one command at a time leaves it False
+    payload: Any
+    fields: dict[str, Any] = field(default_factory=dict)
+    slot: bool = True
     more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SendSubmitted:
+    """Submits gathered (``more``) on the task thread are waiting: send them now."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequested:
+    """The task thread asks for a snapshot of the master copy to check the replica against."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDone:
+    """The task thread has its replica check's verdict: forget the snapshot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +112,10 @@ class Stopping:
     """The role is asked to stop: say goodbye (LEAVE / SHUTDOWN); the driver flushes and closes."""
 
 
-Event = Started | Received | ChunkArrived | Tick | Dropped | Command | Stopping
+Event = (
+    Started | Received | ChunkArrived | Tick | Dropped | Submit | SendSubmitted | CheckRequested | CheckDone
+    | Stopping
+)
 
 # ----------------------------------------------------------------------------------- actions
 
@@ -123,7 +150,7 @@ class Connect:
     """Open (or keep) an outgoing connection to member ``peer`` at ``address``.
 
     ``routing_id``: what the receiver's ROUTER sees as this connection's identity (see
-    transport/identity.py; None: the driver's own default); ``listen``: also receive on it (the
+    server/identity.py; None: the driver's own default); ``listen``: also receive on it (the
     replies of the peer's ROUTER come back on it, as ``Received(via=peer)``). A connection to the
     same address with the same routing id is kept; anything else replaces it."""
 
@@ -167,7 +194,23 @@ class Stop:
     error: BaseException | None = None
 
 
-Action = Send | Reply | Connect | Disconnect | Download | Ready | Stop
+@dataclass(frozen=True, slots=True)
+class ReleaseSlots:
+    """Give ``count`` slots of the submit queue back (own updates that were sent, dropped with a stale
+    membership, or kept in the backlog). Carried out by the role's facade; never reaches the loop."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Wake the role's callers waiting on a change: ``what`` is "ready" (caught up), "acknowledged"
+    (the controller's watermark of our updates moved) or "stopped". Carried out by the facade."""
+
+    what: str
+
+
+Action = Send | Reply | Connect | Disconnect | Download | Ready | Stop | ReleaseSlots | Notify
 
 
 class Machine(Protocol):

@@ -26,6 +26,8 @@ from psrv.transport.pacing import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES,
 from psrv.transport.peer import Peer
 from psrv.transport.sockets import Security, connect_dealer, valid_address
 
+__all__ = ["ZERO_COPY_MIN_BYTES", "Links"]
+
 ZERO_COPY_MIN_BYTES = 128 * 1024  # measured with pyzmq 27: copying wins below, zero-copy above
 
 

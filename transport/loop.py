@@ -4,12 +4,11 @@
 the machine names (``Connect``), and turns everything into events for ``machine.handle(event, now)``
 (transport/events.py): received frames are decoded and validated against the catalogue, chunked
 messages reassembled (bounded per sender and per process, expiring), and handed over as
-``Received``; API calls arrive as ``Command`` events through a bounded queue and an inproc wake
-pipe (coalesced: one wake for everything queued before the loop runs); ``Tick`` comes every
-iteration, at least every 50 ms. The actions are carried out here: ``Send`` (non-blocking, per-peer
-overflow queues, urgent beats jumping the queue, droppable relays reported back as ``Dropped``),
-``Reply`` (through the ROUTER), ``Download`` (paced, see pacing.py), ``Connect``/``Disconnect``,
-``Ready`` and ``Stop``.
+``Received``; API calls arrive as events (``post``) through a bounded queue and a wake pipe
+(wake.py); ``Tick`` comes every iteration, at least every 50 ms. The actions are carried out
+here: ``Send`` (non-blocking, per-peer overflow queues, urgent beats jumping the queue, droppable
+relays reported back as ``Dropped``), ``Reply`` (through the ROUTER), ``Download`` (paced, see
+pacing.py), ``Connect``/``Disconnect``, ``Ready`` and ``Stop``.
 
 No frame, however absurd, stops the loop: a decode failure or any exception a handler raises on a
 received message is a counted rejection (``FrameRejectedError`` -> its reason, anything else ->
@@ -22,7 +21,7 @@ query sees the sends that preceded it); its result or exception goes back to the
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
+import dataclasses
 import itertools
 import logging
 import queue
@@ -37,14 +36,9 @@ from psrv.transport.chunking import Reassembler
 from psrv.transport.codec import decode_frames, decode_header, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters, RateLimitedLog
-from psrv.transport.errors import (
-    FrameRejectedError,
-    NotRunningError,
-    TransportError,
-)
+from psrv.transport.errors import FrameRejectedError, NotRunningError, TransportError
 from psrv.transport.events import (
     ChunkArrived,
-    Command,
     Connect,
     Disconnect,
     Download,
@@ -64,6 +58,7 @@ from psrv.transport.loopstats import LoopStats
 from psrv.transport.messages import Message, Op
 from psrv.transport.netmask import choose_address
 from psrv.transport.sockets import Security, bind_router
+from psrv.transport.wake import WakePipe
 
 __all__ = ["DRAIN_MAX_S", "Loop", "POLL_MAX_S", "RECEIVE_BUDGET", "ZERO_COPY_MIN_BYTES"]
 
@@ -114,8 +109,7 @@ class Loop:
         self.stats = LoopStats(self.counters.gauges)
         self.address: str | None = None
         self._commands: queue.Queue = queue.Queue(maxsize=config.submit_queue_messages)
-        self._wake_lock = threading.Lock()
-        self._wake_pending = False
+        self._wake_pipe = WakePipe()
         self._thread: threading.Thread | None = None
         self._stop_requested = threading.Event()
         self._ready = threading.Event()
@@ -126,8 +120,6 @@ class Loop:
         self._ctx: zmq.Context | None = None
         self._security: Security | None = None
         self._router: zmq.Socket | None = None
-        self._wake_pull: zmq.Socket | None = None
-        self._wake_push: zmq.Socket | None = None
         self._poller = zmq.Poller()
         self._router_paused = False
         self.links = Links(config, self.counters, self.stats, self._poller, self._reject, self.routing_id)
@@ -161,19 +153,12 @@ class Loop:
                 rcvhwm=cfg.receive_queue_messages,
                 buffer_bytes=cfg.socket_buffer_bytes,
             )
-            self._wake_pull = self._ctx.socket(zmq.PULL)
-            self._wake_pull.linger = 0
-            wake = f"inproc://psrv-loop-wake-{self._instance}"
-            self._wake_pull.bind(wake)
-            self._wake_push = self._ctx.socket(zmq.PUSH)
-            self._wake_push.linger = 0
-            self._wake_push.sndhwm = 16
-            self._wake_push.connect(wake)
+            self._wake_pipe.open(self._ctx, f"inproc://psrv-loop-wake-{self._instance}")
         except BaseException:
             self._close_sockets()
             raise
         self._poller.register(self._router, zmq.POLLIN)
-        self._poller.register(self._wake_pull, zmq.POLLIN)
+        self._poller.register(self._wake_pipe.pull, zmq.POLLIN)
         self._thread = threading.Thread(target=self._run, name=f"psrv-{self.role}-io", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s) and self._error is None:
@@ -221,16 +206,12 @@ class Loop:
     # ------------------------------------------------------------ caller threads
     def _wake(self) -> None:
         """Wake the loop; coalesced: one wake is enough for everything queued before it runs."""
-        if self._wake_pending or self._wake_push is None:
-            return
-        with self._wake_lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # closing
-            self._wake_pending = True
-            self._wake_push.send(b"", zmq.NOBLOCK)
+        self._wake_pipe.wake()
 
-    def command(self, name: str, args: dict[str, Any] | None = None, timeout_s: float | None = None) -> None:
-        """Queue ``Command(name, args)`` for the machine (blocks while the bounded queue is full;
-        ``queue.Full`` after ``timeout_s``)."""
-        self._commands.put(("command", name, args or {}), timeout=timeout_s)
+    def post(self, event: Event, timeout_s: float | None = None) -> None:
+        """Queue ``event`` (a request of the role's API) for the machine, handled in order on the loop
+        thread (blocks while the bounded queue is full; ``queue.Full`` after ``timeout_s``)."""
+        self._commands.put(("event", event), timeout=timeout_s)
         self._wake()
 
     def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
@@ -274,8 +255,8 @@ class Loop:
                 t1 = clock()
                 if links.waiting:
                     links.flush_writable(events)
-                if self._wake_pull in events:
-                    self._drain_wake()
+                if self._wake_pipe.pull in events:
+                    self._wake_pipe.drain()
                 self._drain_commands()
                 t2 = clock()
                 if t2 - self._last_expire > EXPIRE_EVERY_S:
@@ -326,17 +307,9 @@ class Loop:
         self.counters.add("receive_throttled")
         return THROTTLE_BUDGET
 
-    def _drain_wake(self) -> None:
-        self._wake_pending = False
-        while True:
-            try:
-                self._wake_pull.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-
     def _drain_commands(self) -> None:
-        """Feed queued commands in order (``more`` set while another follows at once); a ``call``
-        runs after everything queued before it."""
+        """Feed queued events in order (an event with a ``more`` field gets it set while another
+        follows at once); a ``call`` runs after everything queued before it."""
         if self._commands.empty():
             return
         items: list[tuple] = []
@@ -354,8 +327,10 @@ class Loop:
                 except Exception as exc:  # noqa: BLE001 - the caller gets it
                     future.set_exception(exc)
             elif not self._stopped:
-                more = i < last and items[i + 1][0] == "command"
-                self._feed(Command(item[1], item[2], more))
+                event = item[1]
+                if i < last and items[i + 1][0] == "event" and hasattr(event, "more"):
+                    event = dataclasses.replace(event, more=True)
+                self._feed(event)
 
     # ------------------------------------------------------------------ receiving
     def _drain(self, sock: zmq.Socket, via: int | None, budget: int) -> None:
@@ -512,9 +487,9 @@ class Loop:
 
     def _close_sockets(self, clean: bool = False) -> None:
         self.links.close_all(self.config.linger_s if clean else 0.0)
-        for sock in (self._router, self._wake_pull, self._wake_push):
-            if sock is not None and not sock.closed:
-                sock.close(0)
+        if self._router is not None and not self._router.closed:
+            self._router.close(0)
+        self._wake_pipe.close()
         if self._security is not None:
             self._security.close()
         if self._ctx is not None:

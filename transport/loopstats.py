@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["PHASES", "LoopStats"]
+
 PHASES = ("receive", "send", "tick")
 
 

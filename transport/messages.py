@@ -19,6 +19,13 @@ from psrv.encoding import update_header
 from psrv.encoding.errors import MalformedMessageError
 from psrv.transport.errors import FrameRejectedError
 
+__all__ = [
+    "BOOL", "CATALOGUE", "DICT", "DTYPES", "ENCODINGS", "INT", "INT64_MAX", "LIST", "MAX_BATCH",
+    "MAX_ORIGINS", "MAX_STATS", "MAX_TEXT", "NUM", "OPT_STR", "PROTOCOL_VERSION", "RESERVED", "STR",
+    "UNJOINED", "check_int_map", "check_routes", "check_text", "handler_table", "is_int", "Message", "Op",
+    "Schema",
+]
+
 PROTOCOL_VERSION = 1
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
@@ -198,7 +205,7 @@ class Schema:
 
 CATALOGUE: dict[Op, Schema] = {
     # session: 16 random bytes (hex) per join, the key of the node's per-link routing ids
-    # (transport/identity.py); a node that sends none is bound to the routing id it joined from
+    # (server/identity.py); a node that sends none is bound to the routing id it joined from
     Op.JOIN: Schema(
         {"address": STR, "name": OPT_STR, "token": STR, "session": OPT_STR},
         check=_join,

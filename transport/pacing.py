@@ -4,7 +4,7 @@ A join burst used to hand every asking node's whole copy of the model to zmq at 
 loop instead gives each active download its next piece when that member's connection has nothing
 waiting, at most ``DOWNLOAD_TURN_BYTES`` per loop iteration over all downloads, in turns: the loop
 keeps ticking (beats, expiry) and the downloads progress together. Which snapshot a member gets
-(and when one is shared) is protocol: transport/downloads.py, used by the controller's machine.
+(and when one is shared) is protocol: server/downloads.py, used by the controller's machine.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from psrv.transport.chunking import ChunkPlan
-from psrv.transport.downloads import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES
 
 __all__ = ["DOWNLOAD_CHUNK_MAX_BYTES", "DOWNLOAD_TURN_BYTES", "Paced", "PacedDownloads"]
+
+DOWNLOAD_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # finer turns than chunk_bytes (16 MiB) between downloads
+DOWNLOAD_TURN_BYTES = 8 * 1024 * 1024  # handed to zmq per loop iteration, all downloads together
 
 
 @dataclass

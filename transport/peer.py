@@ -27,6 +27,8 @@ from typing import Any
 
 import zmq
 
+__all__ = ["Peer"]
+
 
 @dataclass
 class Peer:

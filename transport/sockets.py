@@ -15,6 +15,8 @@ from typing import Any
 import zmq
 from psrv.transport.errors import TransportConfigError
 
+__all__ = ["bind_router", "connect_dealer", "host_port", "Security", "set_queues", "tcp", "valid_address"]
+
 log = logging.getLogger(__name__)
 
 

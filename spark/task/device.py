@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from psrv.nn.protocol import DeviceNetwork, Network
 from psrv.nn.torch_adapter import resolve_device
+from psrv.server.update_intake import decode_or_reject
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +94,14 @@ class DeviceSharing:
 
     def apply(self, payload: np.ndarray, header: dict) -> None:
         """The node's apply hook (called under its lock): decode a received update on the device."""
-        from psrv.encoding import MalformedMessageError
-        from psrv.encoding import device as codec
-        from psrv.transport.errors import FrameRejectedError
+        from psrv.encoding import device as codec  # lazy: the device codec needs torch
 
-        try:
-            codec.decode(payload, self.network.flat_params)
-        except MalformedMessageError as exc:
-            raise FrameRejectedError(
-                "bad_payload", f"update {header.get('origin')}/{header.get('seq')}: {exc}") from None
+        decode_or_reject(codec.decode, payload, self.network.flat_params, header)
 
     def apply_many(self, payloads: list[np.ndarray], headers: list[dict]) -> list[Exception | None]:
         """The node's batch hook (under its lock): an UPDATES frame's updates with one transfer and one
         kernel on the device; a malformed one is returned as its error, the others are applied."""
-        from psrv.encoding import device as codec
+        from psrv.encoding import device as codec  # lazy: the device codec needs torch
 
         return codec.decode_many(payloads, self.network.flat_params)
 

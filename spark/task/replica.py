@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 def check_replica(node: Node, heartbeat_s: float, missed_beats: int,
                   sharing: DeviceSharing | None = None) -> dict[str, Any]:
     """The central invariant, checked where it can break: this replica against the master copy
-    (snapshot + the updates this replica holds beyond it; transport/replica.py). Costs one download.
+    (snapshot + the updates this replica holds beyond it; server/replica.py). Costs one download.
     A device network's live replica is its device parameters (copied to the host for the check)."""
     current = (lambda: sharing.network.params) if sharing is not None else None
     check = node.check_replica(timeout_s=heartbeat_s * (missed_beats + 4) + 5.0, current=current)

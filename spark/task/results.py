@@ -24,7 +24,7 @@ class WorkerResult:
     threshold_state: dict
     events: list[dict[str, Any]]
     counters: dict[str, Any]
-    replica: dict[str, Any] | None = None  # psrv.transport.replica.ReplicaCheck.as_dict(), if checked
+    replica: dict[str, Any] | None = None  # psrv.server.replica.ReplicaCheck.as_dict(), if checked
     logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
 

@@ -15,7 +15,7 @@ import numpy as np
 from psrv.encoding import _kernels
 from psrv.server import Controller
 from psrv.transport import TransportConfig
-from psrv.transport.warmup import DECODE_KERNELS
+from psrv.server.warmup import DECODE_KERNELS
 
 before = {name: getattr(_kernels, name).loaded for name in DECODE_KERNELS}
 ctrl = Controller(TransportConfig(host="127.0.0.1"), np.zeros(100, np.float32)).start()

@@ -4,8 +4,9 @@ Each adapter builds its machine as the production driver does, with the simulati
 injected: ``random_bytes`` from the run's seeded rng (join tokens, routing ids), an ``apply`` hook
 that decodes into the replica and tells the harness which update was applied, an ``installed`` hook
 (a download replaced the replica: the node's per-update counts start again). A node's own update is
-applied locally first (``apply_local``, as ``Node.submit(apply_locally=True)`` does), then
-``submit`` numbers it and hands back the ``Command("send")`` the driver delivers.
+applied locally first (``apply_local``, as ``Node.submit(apply_locally=True)`` does), then the
+``Submit`` event the driver delivers numbers and sends it (the machine returns ``ReleaseSlots`` and
+``Notify`` for the facade too: the harness notes them).
 
 ``controller_available()`` says whether the controller machine exists on this branch yet: the
 tests of the real machines skip (with that reason) until it does.
@@ -17,14 +18,11 @@ import importlib
 from typing import Any
 
 import numpy as np
-from psrv.encoding import MalformedMessageError, decode
+from psrv.encoding import decode
+from psrv.server.update_intake import decode_or_reject
+from psrv.server.updates import check_payload
 from psrv.transport.config import TransportConfig
-from psrv.transport.errors import FrameRejectedError
-
-try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
-    from psrv.transport.updates import check_payload
-except ImportError:  # pragma: no cover - the branch before the move
-    from psrv.transport.payload import check_payload
+from psrv.transport.events import Submit
 
 from sim.world import Hooks, Setup, SimConfig
 
@@ -50,11 +48,7 @@ def transport_config(cfg: SimConfig, name: str | None = None) -> TransportConfig
 
 def _applier(params_of: Any, hooks: Hooks) -> Any:
     def apply(payload: np.ndarray, header: dict) -> None:
-        try:
-            decode(payload, params_of())
-        except MalformedMessageError as exc:
-            what = f"update {header.get('origin')}/{header.get('seq')}"
-            raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
+        decode_or_reject(decode, payload, params_of(), header)
         hooks.applied(payload, header)
 
     return apply
@@ -94,8 +88,7 @@ class NodeRole:
         payload, info = check_payload(payload, self.params.size, "submitted update", self.max_tau)
         fields = {"iteration": 0, "epoch": 0, "tau": float(info.tau), "encoding": info.form}
         self.machine.apply_local(payload)  # what Node.submit(apply_locally=True) does
-        _, command = self.machine.submit(payload, fields, slot=False)
-        return [command] if command is not None else []
+        return [Submit(payload, fields, slot=False)]
 
 
 class ControllerRole:

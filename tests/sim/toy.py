@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding import MalformedMessageError, decode
+from psrv.server.updates import check_payload
 from psrv.transport.codec import as_buffer
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.events import (
-    Command,
     Connect,
     Disconnect,
     Received,
@@ -25,14 +25,10 @@ from psrv.transport.events import (
     Started,
     Stop,
     Stopping,
+    Submit,
     Tick,
 )
 from psrv.transport.messages import Message, Op
-
-try:  # transport/updates.py on the rewrite (issue-10-ctl), transport/payload.py before it
-    from psrv.transport.updates import check_payload
-except ImportError:  # pragma: no cover - the branch before the move
-    from psrv.transport.payload import check_payload
 
 BEAT_S = 0.1
 TIMEOUT_S = 0.5
@@ -187,8 +183,8 @@ class ToyNode:
             return [Connect(0, self.controller, listen=True), *self._join(now)]
         if isinstance(event, Tick):
             return self._tick(now)
-        if isinstance(event, Command):
-            return self._submit(event.args["payload"])
+        if isinstance(event, Submit):
+            return self._submit(event.payload)
         if isinstance(event, Stopping):
             return [Send(0, Message(Op.LEAVE, {"reason": "stopping"}, src=self.node_id or -1)), Stop()]
         if isinstance(event, Received):
@@ -348,8 +344,8 @@ class ToyRole:
     def ready(self) -> bool:
         return getattr(self.machine, "state", "running") == "running"
 
-    def submit(self, payload: np.ndarray) -> list[Command]:
-        return [Command("submit", {"payload": payload})]
+    def submit(self, payload: np.ndarray) -> list[Submit]:
+        return [Submit(payload, slot=False)]
 
 
 def toy_setup(broken: str = "", hostile: bool = True):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from psrv.encoding import sparse_message
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import Command, Event, Received, Reply, Started, Tick
+from psrv.transport.events import Event, Received, Reply, Started, Submit, Tick
 
 from sim.faults import FaultCounts, Faults
 from sim.network import BudgetExceeded, Network, Process
@@ -123,8 +123,8 @@ def describe(event: Any) -> str:
         return f"{kind} to={event.to} {message.op.value} {_summary(message.fields)}"
     if isinstance(event, Reply):
         return f"Reply {event.routing_id.hex()} {message.op.value} {_summary(message.fields)}"
-    if isinstance(event, Command):
-        return f"Command {event.name} {sorted(event.args)}"
+    if isinstance(event, Submit):
+        return f"Submit {sorted(event.fields)} slot={event.slot} more={event.more}"
     if kind == "Stop":
         return f"Stop {event.error!r:.200}"
     return repr(event)[:200]
@@ -278,6 +278,8 @@ class World:
             )
         elif kind == "Disconnect":
             proc.connections.pop(action.peer, None)
+        elif kind in ("ReleaseSlots", "Notify"):  # the facade's (the submit queue, waiting callers)
+            pass
         elif kind == "Ready":
             self.stats[f"ready_{proc.kind}"] += 1
         elif kind == "Stop":

@@ -151,7 +151,7 @@ def test_size_limits() -> None:
 
 
 def test_a_batch_must_have_one_well_formed_row_per_buffer() -> None:
-    from psrv.transport.updates import MAX_BATCH, batch_message, groups, unbatch
+    from psrv.server.updates import MAX_BATCH, batch_message, groups, unbatch
 
     message = sample(Op.UPDATES)
     items = unbatch(decode_frames(as_bytes(encode_frames(message))))
@@ -221,7 +221,7 @@ def encoded(n: int = 64) -> np.ndarray:
 
 
 def test_payload_header_check_is_structural_and_names_the_problem() -> None:
-    from psrv.transport.updates import check_payload
+    from psrv.server.updates import check_payload
 
     message = encoded()
     payload, info = check_payload(message, 64, "update")
@@ -246,7 +246,7 @@ def test_payload_header_check_is_structural_and_names_the_problem() -> None:
 
 
 def test_restored_seen_set_is_exactly_the_downloaded_one() -> None:
-    from psrv.transport.seen import covered, restore
+    from psrv.server.seen import covered, restore
 
     watermark, extra = {1: 5, 2: 0}, {2: [3, 4], 3: [9]}
     seen = restore(1024, watermark, extra)
@@ -257,8 +257,8 @@ def test_restored_seen_set_is_exactly_the_downloaded_one() -> None:
 
 
 def test_a_mesh_packed_once_encodes_exactly_like_a_plain_one() -> None:
+    from psrv.server.mesh import MeshOrganizer
     from psrv.transport.codec import PackedDict
-    from psrv.transport.mesh import MeshOrganizer
 
     mesh = MeshOrganizer("mesh", 2)
     for i in range(1, 40):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from psrv.encoding import encode
 from psrv.server.controller_machine import ControllerMachine
+from psrv.server.identity import link_id
 from psrv.transport.config import TransportConfig
 from psrv.transport.events import (
     Connect,
@@ -21,7 +22,6 @@ from psrv.transport.events import (
     Stopping,
     Tick,
 )
-from psrv.transport.identity import link_id
 from psrv.transport.messages import UNJOINED, Message, Op
 
 N = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from psrv.transport.dedup import SeenUpdates
+from psrv.server.dedup import SeenUpdates
 from psrv.transport.errors import InvalidSequenceError
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from psrv.transport.downloads import Downloads, DownloadToken, Snapshot
+from psrv.server.downloads import Downloads, DownloadToken, MasterSnapshot
 
 
-def snapshot(version: int = 5, members: dict[int, int] | None = None) -> Snapshot:
+def snapshot(version: int = 5, members: dict[int, int] | None = None) -> MasterSnapshot:
     params = np.arange(1000, dtype=np.float32)
-    return Snapshot(params, None, {1: 3}, {}, version, members if members is not None else {1: 0, 2: 0})
+    return MasterSnapshot(params, None, {1: 3}, {}, version, members if members is not None else {1: 0, 2: 0})
 
 
 def test_a_snapshot_serves_anyone_while_the_master_is_unchanged_and_then_only_undropped_members() -> None:

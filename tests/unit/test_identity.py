@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from psrv.server.identity import link_id, new_session, parse_session
 from psrv.transport.codec import decode_frames
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.identity import link_id, new_session, parse_session
 from psrv.transport.messages import PROTOCOL_VERSION
 
 

@@ -13,7 +13,6 @@ from psrv.transport.config import TransportConfig
 from psrv.transport.errors import FrameRejectedError, TransportError
 from psrv.transport.events import (
     ChunkArrived,
-    Command,
     Connect,
     Download,
     Dropped,
@@ -24,6 +23,7 @@ from psrv.transport.events import (
     Started,
     Stop,
     Stopping,
+    Submit,
     Tick,
 )
 from psrv.transport.loop import Loop
@@ -73,7 +73,7 @@ def test_a_handler_that_raises_is_counted_and_the_loop_goes_on() -> None:
             raise TransportError("scripted")
         raise ZeroDivisionError("scripted")
 
-    machine = Scripted(Received=boom, Tick=lambda e: [], Command=lambda e: 1 / 0)
+    machine = Scripted(Received=boom, Tick=lambda e: [], Submit=lambda e: 1 / 0)
     loop = Loop(cfg(), machine, role="test")
     loop.start()
     ctx = zmq.Context()
@@ -83,7 +83,7 @@ def test_a_handler_that_raises_is_counted_and_the_loop_goes_on() -> None:
         for src in (0, 1, 2):
             dealer.send_multipart(encode_frames(status(src)))
         dealer.send_multipart([b"\x93not msgpack"])
-        loop.command("anything")
+        loop.post(Submit("anything"))
         wait_for(lambda: loop.counters.rejected_total() >= 5)
         assert loop.running and loop.call(lambda: 42) == 42
         rejected = loop.counters.snapshot()["rejected"]
@@ -97,15 +97,15 @@ def test_a_handler_that_raises_is_counted_and_the_loop_goes_on() -> None:
     assert type(machine.events[-1]) is Stopping
 
 
-def test_commands_come_in_order_with_more_and_a_call_sees_them_done() -> None:
+def test_posted_events_come_in_order_with_more_and_a_call_sees_them_done() -> None:
     machine = Scripted()
     loop = Loop(cfg(), machine, role="test")
     for i in range(3):  # queued before the loop runs: delivered in one drain
-        loop.command("send", {"i": i})
+        loop.post(Submit(i))
     loop.start()
     try:
-        commands = loop.call(lambda: machine.of(Command))
-        assert [(c.args["i"], c.more) for c in commands] == [(0, True), (1, True), (2, False)]
+        commands = loop.call(lambda: machine.of(Submit))
+        assert [(c.payload, c.more) for c in commands] == [(0, True), (1, True), (2, False)]
     finally:
         loop.stop()
 
@@ -120,12 +120,12 @@ def test_send_reply_and_the_routing_id_a_connection_presents() -> None:
     b = Loop(cfg(), b_machine, role="b")
     b.start()
     a_machine = Scripted(
-        Command=lambda e: [Connect(5, b.address, routing_id=rid, listen=True), Send(5, status(3))]
+        Submit=lambda e: [Connect(5, b.address, routing_id=rid, listen=True), Send(5, status(3))]
     )
     a = Loop(cfg(), a_machine, role="a")
     a.start()
     try:
-        a.command("go")
+        a.post(Submit("go"))
         wait_for(lambda: a_machine.of(Received))
         asked = b_machine.of(Received)[0]
         assert asked.routing_id == rid and asked.message.src == 3
@@ -145,11 +145,11 @@ def test_a_droppable_send_to_a_full_queue_is_dropped_and_reported_back() -> None
         for _ in range(12):
             yield Send(7, relay, droppable=True, count=3)
 
-    machine = Scripted(Command=go)
+    machine = Scripted(Submit=go)
     loop = Loop(cfg(peer_queue_messages=2), machine, role="test")
     loop.start()
     try:
-        loop.command("go")
+        loop.post(Submit("go"))
         dropped = loop.call(lambda: machine.of(Dropped))
         # zmq's own queue (SNDHWM) takes a few, the overflow queue 2, the rest are dropped
         assert dropped and set(dropped) == {Dropped(7, 3)} and loop.peer_dropped(7) == len(dropped)
@@ -175,14 +175,14 @@ def test_a_download_travels_in_paced_pieces_and_arrives_whole() -> None:
              params_nbytes=params.nbytes)
     b.start()
     told = Told()
-    a_machine = Scripted(Command=lambda e: [
+    a_machine = Scripted(Submit=lambda e: [
         Connect(2, b.address),
         Download(2, Message(Op.PARAMS_REPLY, fields, [params], src=0), token=told),
     ])
     a = Loop(cfg(chunk_bytes=16 * 1024, max_header_bytes=64 * 1024), a_machine, role="a")
     a.start()
     try:
-        a.command("go")
+        a.post(Submit("go"))
         wait_for(lambda: b_machine.of(Received))
         got = b_machine.of(Received)[0].message
         assert got.op is Op.PARAMS_REPLY and got["watermark"] == {1: 2}
@@ -196,10 +196,10 @@ def test_a_download_travels_in_paced_pieces_and_arrives_whole() -> None:
 
 def test_a_machine_stops_the_loop_with_its_error() -> None:
     error = TransportError("the role gave up")
-    machine = Scripted(Command=lambda e: [Stop(error)])
+    machine = Scripted(Submit=lambda e: [Stop(error)])
     loop = Loop(cfg(), machine, role="test")
     loop.start()
-    loop.command("give up")
+    loop.post(Submit("give up"))
     with pytest.raises(TransportError, match="gave up"):
         loop.wait(10.0)
     assert not loop.running and loop.error is error

@@ -8,8 +8,8 @@ from collections import deque
 
 import msgpack
 import pytest
+from psrv.server.mesh import CONTROLLER_ID, NO_PARENT, MeshMode, MeshOrganizer, Place
 from psrv.transport.errors import MeshError, UnknownNodeError
-from psrv.transport.mesh import CONTROLLER_ID, NO_PARENT, MeshMode, MeshOrganizer, Place
 
 
 def build(n: int, mode: str = "mesh", fan_out: int = 8) -> MeshOrganizer:

@@ -12,24 +12,28 @@ import random
 import numpy as np
 import pytest
 from psrv.encoding.codec import sparse_message
+from psrv.server.mesh import MeshOrganizer
 from psrv.server.node_machine import NodeMachine, NodeState
+from psrv.server.node_state import SlotToken
+from psrv.server.updates import unbatch
 from psrv.transport.config import TransportConfig
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.events import (
-    Command,
+    CheckRequested,
     Connect,
     Disconnect,
     Dropped,
+    Notify,
     Received,
+    ReleaseSlots,
     Send,
     Started,
     Stop,
     Stopping,
+    Submit,
     Tick,
 )
-from psrv.transport.mesh import MeshOrganizer
 from psrv.transport.messages import Message, Op
-from psrv.transport.updates import unbatch
 
 N = 64
 TAU = 0.5
@@ -65,7 +69,7 @@ class Harness:
         self.released = 0
         self.rng = random.Random(7)
         self.machine = NodeMachine(self.config, self.params, "127.0.0.1:5000",
-                                   random_bytes=self.rng.randbytes, release_slots=self._release)
+                                   random_bytes=self.rng.randbytes)
         self.now = 100.0
         self.mesh = MeshOrganizer(mode, fan_out, controller_address="127.0.0.1:5000")
         self.routes: dict[int, str] = {0: CTRL_RID.hex()}
@@ -74,8 +78,17 @@ class Harness:
         self.released += n
 
     def handle(self, event, dt: float = 0.0) -> list:
+        """As the facade does: give slots back, bind the slot tokens, and hand the loop the rest."""
         self.now += dt
-        return self.machine.handle(event, self.now)
+        rest = []
+        for action in self.machine.handle(event, self.now):
+            if isinstance(action, ReleaseSlots):
+                self._release(action.count)
+            elif not isinstance(action, Notify):
+                if isinstance(action, Send) and isinstance(action.token, SlotToken):
+                    action.token.bind(self._release)
+                rest.append(action)
+        return rest
 
     def start(self) -> list:
         return self.handle(Started(ADDR))
@@ -130,8 +143,8 @@ class Harness:
         payload = sparse_message(np.array([index]), np.array([False]), N, TAU)
         self.params += delta(index)  # the caller applies its own update
         fields = {"iteration": 0, "epoch": 0, "tau": TAU, "encoding": "sparse"}
-        seq, command = self.machine.submit(payload, fields)
-        return seq, (self.handle(command) if command is not None else [])
+        actions = self.handle(Submit(payload, fields))
+        return self.machine.submitted_seq, actions
 
     @staticmethod
     def sent(actions: list, op: Op, to: int | None = None) -> list[Send]:
@@ -458,7 +471,7 @@ def test_stopping_says_leave_then_stops():
     actions = h.handle(Stopping())
     assert h.sent(actions, Op.LEAVE, 0) and actions[-1] == Stop(None)
     # a submit that raced the stop gets its slot back
-    h.handle(Command("send", {"origin": 1, "seq": 9, "payload": None, "fields": {}, "slot": True}))
+    h.handle(Submit(None, {}, slot=True))
     assert h.released == 1
 
 
@@ -477,7 +490,7 @@ def test_check_replica_probe_compares_against_the_snapshot():
     h = joined(others=(2,))
     h.from_node(update(2, 1, index=1), 2)
     h.submit(2)
-    actions = h.handle(Command("check_request"))
+    actions = h.handle(CheckRequested())
     (request,) = h.sent(actions, Op.PARAMS_REQUEST, 0)
     assert h.machine.check_verdict(1e-6) is None  # no snapshot yet
     master = delta(1)  # the master has 2/1, not yet our 1/1
@@ -492,17 +505,15 @@ def test_sends_the_driver_says_more_of_go_out_as_one_batch():
     h = joined()
     payload = sparse_message(np.array([1]), np.array([False]), N, TAU)
     fields = {"iteration": 0, "epoch": 0, "tau": TAU, "encoding": "sparse"}
-    commands = [h.machine.submit(payload, fields)[1] for _ in range(3)]
     out = []
-    for i, command in enumerate(commands):
-        more = i < len(commands) - 1
-        out += h.handle(Command(command.name, command.args, more=more) if more else command)
+    for i in range(3):
+        out += h.handle(Submit(payload, fields, more=i < 2))
     (batch,) = h.sent(out, Op.UPDATES, 0)
     assert rows(batch) == [(1, 1), (1, 2), (1, 3)]
 
 
 def test_each_join_draws_a_session_and_every_connection_presents_its_link_id():
-    from psrv.transport.identity import link_id
+    from psrv.server.identity import link_id
 
     h = Harness("mesh", fan_out=2)
     start = h.start()

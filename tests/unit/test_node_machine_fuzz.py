@@ -38,7 +38,7 @@ small = st.integers(1, 6)
 
 
 def _mesh_dict(nodes: list[int], addresses: list[str]):
-    from psrv.transport.mesh import MeshOrganizer
+    from psrv.server.mesh import MeshOrganizer
 
     mesh = MeshOrganizer("mesh", 2, controller_address="127.0.0.1:5000")
     for node, address in zip(nodes, addresses, strict=False):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from psrv.transport.replay import ReplayLog
+from psrv.server.replay import ReplayLog
 
 
 def payload(nbytes: int) -> np.ndarray:

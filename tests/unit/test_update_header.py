@@ -21,10 +21,10 @@ from psrv.encoding.update_header import (
     parse_row,
     payload_header,
 )
+from psrv.server.updates import batch_message, unbatch
 from psrv.transport.codec import decode_frames, encode_frames
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import CATALOGUE, Message, Op
-from psrv.transport.updates import batch_message, unbatch
 
 F1 = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 0.5, "encoding": "sparse"}
 F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "encoding": "bitmap"}
@@ -171,7 +171,7 @@ def test_asking_about_an_update_header_does_not_import_numba() -> None:
     import sys
 
     code = (
-        "import sys, psrv.encoding.update_header, psrv.transport.messages, psrv.transport.updates; "
+        "import sys, psrv.encoding.update_header, psrv.transport.messages, psrv.server.updates; "
         "assert 'numba' not in sys.modules, 'numba imported'; "
         "from psrv.encoding import decode, ResidualEncoder; assert 'numba' in sys.modules"
     )

@@ -6,7 +6,9 @@ seq at or below it) plus the few seqs seen out of order above it (``above_waterm
 
 from __future__ import annotations
 
-from psrv.transport.dedup import SeenUpdates
+from psrv.server.dedup import SeenUpdates
+
+__all__ = ["covered", "restore"]
 
 
 def restore(window: int, watermark: dict[int, int], extra: dict[int, list[int]]) -> SeenUpdates:

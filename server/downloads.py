@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-DOWNLOAD_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # finer turns than chunk_bytes (16 MiB) between downloads
-DOWNLOAD_TURN_BYTES = 8 * 1024 * 1024  # handed to zmq per loop iteration, all downloads together
+__all__ = ["Downloads", "DownloadToken", "MasterSnapshot", "Reading"]
 
 
 @dataclass
-class Snapshot:
+class MasterSnapshot:
     """A read-only copy of the master (and updater state) with the exact set of updates it holds."""
 
     params: np.ndarray
@@ -58,7 +57,7 @@ class Reading:
     """One download in progress of ``snapshot`` (its identity tells a replaced download from the next)."""
 
     node_id: int
-    snapshot: Snapshot
+    snapshot: MasterSnapshot
 
 
 @dataclass
@@ -67,13 +66,13 @@ class Downloads:
     holds one reader of its snapshot."""
 
     active: dict[int, Reading] = field(default_factory=dict)
-    current: Snapshot | None = None
+    current: MasterSnapshot | None = None
     snapshots_taken: int = 0
 
     def snapshot_for(
         self, node_id: int, version: int, want_updater: bool, dropped: int, max_behind: int,
         own_watermark: int = 0,
-    ) -> Snapshot | None:
+    ) -> MasterSnapshot | None:
         """The current snapshot if this node may use it (else None: the caller takes a new one)."""
         snap = self.current
         if snap is not None and snap.valid_for(node_id, version, want_updater, dropped, max_behind,
@@ -81,11 +80,11 @@ class Downloads:
             return snap
         return None
 
-    def adopt(self, snapshot: Snapshot) -> None:
+    def adopt(self, snapshot: MasterSnapshot) -> None:
         self.current = snapshot
         self.snapshots_taken += 1
 
-    def start(self, node_id: int, snapshot: Snapshot) -> None:
+    def start(self, node_id: int, snapshot: MasterSnapshot) -> None:
         """A download of ``snapshot`` to ``node_id`` begins (replacing one in progress)."""
         self.cancel(node_id)
         snapshot.readers += 1

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 from psrv.transport.errors import TransportConfigError
 
+__all__ = ["DECODE_KERNELS", "check_params", "params_checksum", "warm_up_decode"]
+
 DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap")
 
 
@@ -44,7 +46,7 @@ def warm_up_decode(dtype: np.dtype) -> None:
     """Compile (or load from numba's cache) every kernel the I/O thread calls, before it runs: a
     first sparse decode compiling inside the I/O thread froze a node for 2 s under load (it was
     evicted). Both wire forms are decoded once, so any first-call cost is paid here too."""
-    from psrv.encoding import _kernels, decode, encode
+    from psrv.encoding import _kernels, decode, encode  # lazy: numba compiles the kernels on import
 
     for name in DECODE_KERNELS:
         _ = getattr(_kernels, name).dispatcher  # every explicit signature, all float dtypes

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from psrv.transport.dedup import SeenUpdates
+from psrv.server.dedup import SeenUpdates
 
 DEFAULT_TOLERANCE = 1e-6  # relative L2: float32 rounding of sums taken in another order stays far below
 

@@ -120,6 +120,15 @@ class MeshOrganizer:
     def children(self, node_id: int) -> tuple[int, ...]:
         return tuple(self._entry(node_id).children)
 
+    def below(self, node_id: int, ancestor: int) -> bool:
+        """Is ``node_id`` in the subtree of member ``ancestor`` (a node, not the controller)?"""
+        parent = self.parent(node_id)
+        while parent > CONTROLLER_ID:
+            if parent == ancestor:
+                return True
+            parent = self.parent(parent)
+        return False
+
     def neighbours(self, node_id: int) -> tuple[int, ...]:
         """Parent first (absent for the root), then the children in order."""
         e = self._entry(node_id)

@@ -13,7 +13,9 @@ from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
-from psrv.transport.seen import covered
+from psrv.server.seen import covered
+
+__all__ = ["Entry", "ReplayLog"]
 
 Entry = tuple[int, int, np.ndarray, dict]  # origin, seq, encoded payload, header fields
 

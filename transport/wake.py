@@ -1,0 +1,50 @@
+"""How another thread wakes the I/O loop out of its poll: an inproc PUSH/PULL pair, coalesced."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import zmq
+
+__all__ = ["WakePipe"]
+
+
+class WakePipe:
+    """One wake is enough for everything queued before the loop runs: ``wake()`` sends at most one
+    message until the loop ``drain()``s. ``pull`` is what the loop polls."""
+
+    def __init__(self) -> None:
+        self.pull: zmq.Socket | None = None
+        self.push: zmq.Socket | None = None
+        self._lock = threading.Lock()
+        self._pending = False
+
+    def open(self, ctx: zmq.Context, name: str) -> None:
+        self.pull = ctx.socket(zmq.PULL)
+        self.pull.linger = 0
+        self.pull.bind(name)
+        self.push = ctx.socket(zmq.PUSH)
+        self.push.linger = 0
+        self.push.sndhwm = 16
+        self.push.connect(name)
+
+    def wake(self) -> None:
+        if self._pending or self.push is None:
+            return
+        with self._lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # closing
+            self._pending = True
+            self.push.send(b"", zmq.NOBLOCK)
+
+    def drain(self) -> None:
+        self._pending = False
+        while True:
+            try:
+                self.pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def close(self) -> None:
+        for sock in (self.pull, self.push):
+            if sock is not None and not sock.closed:
+                sock.close(0)
