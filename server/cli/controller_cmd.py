@@ -71,3 +71,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"psrv controller: {controller.error}", file=sys.stderr)
         return 1
     return 0
+
+
+__all__ = ["add_parser", "run"]

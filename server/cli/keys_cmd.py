@@ -29,3 +29,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote a CurveZMQ key set to {args.directory}")
     return 0
+
+
+__all__ = ["add_parser", "run"]

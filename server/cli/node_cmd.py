@@ -156,3 +156,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"psrv node: {node.error}", file=sys.stderr)
         return EXIT_LOST
     return 0
+
+
+__all__ = ["EXIT_LOST", "add_parser", "run", "wait_for_nodes"]

@@ -126,3 +126,10 @@ def stop_event_on_signals() -> StopFlag:
     signal.signal(signal.SIGTERM, handler)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack (hang diagnosis)
     return flag
+
+
+__all__ = [
+    "DEFAULT_KEYS_DIR", "KEYS_ENV", "StopFlag", "add_network_options", "config_from_args", "default_keys_dir",
+    "resolve_keys",
+    "stop_event_on_signals", "warn_if_insecure",
+]

@@ -84,3 +84,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(status, sort_keys=True) if args.json else format_status(status))
     return 0
+
+
+__all__ = ["add_parser", "format_status", "run"]

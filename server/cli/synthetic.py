@@ -11,8 +11,8 @@ encoder is used, as before.
 from __future__ import annotations
 
 import numpy as np
-from psrv.encoding import FixedThreshold, ResidualEncoder, sparse_message
-from psrv.encoding.codec import bitmap_words
+from psrv.encoding import FixedThreshold, ResidualEncoder, decode, sparse_message
+from psrv.encoding.update_header import bitmap_words
 
 
 class SyntheticUpdates:
@@ -45,8 +45,6 @@ class SyntheticUpdates:
 
     def warm_up(self) -> None:
         """Compile the encoding kernels now (numba), not while the node must keep its heartbeats."""
-        from psrv.encoding import decode
-
         scratch = ResidualEncoder(self.size, threshold_algorithm=FixedThreshold(1.0))
         message = scratch.encode_update(np.full(self.size, 2.0, dtype=np.float32))
         decode(message, np.zeros(self.size, dtype=np.float32))
@@ -67,3 +65,6 @@ class SyntheticUpdates:
             if message is not None:
                 return message
         raise RuntimeError(f"no update reached the threshold in {max_tries} steps")
+
+
+__all__ = ["SyntheticUpdates"]
