@@ -18,6 +18,7 @@ from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiCl
 from psrv.nn.layers import Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, Output
 from psrv.nn.network import Network
 from psrv.nn.normalizers import ImageScaler, MinMax, Standardize, normalizer_from_state
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.nn.torch_io import PerOutput
 from psrv.nn.updaters import (
@@ -71,4 +72,5 @@ __all__ = [
     "StepSchedule",
     "TruncatedFileError",
     "UnsupportedVersionError",
+    "TrainableNetwork",
 ]

@@ -1,6 +1,6 @@
 """The contracts a network keeps for the trainers (the Spark masters, the tasks, the estimators).
 
-``Network`` is what every network trained by psrv offers; the smaller Protocols name optional
+``TrainableNetwork`` is what every network trained by psrv offers; the smaller Protocols name optional
 capabilities that a trainer checks with ``isinstance`` (all are ``runtime_checkable``) instead of
 probing attributes. The gradient-sharing rule they rest on: ``compute_update`` returns the step to add
 and never writes ``params``; only ``apply_update``/``set_params`` (and the node's decode) write them.
@@ -14,7 +14,7 @@ import numpy as np
 
 
 @runtime_checkable
-class Network(Protocol):
+class TrainableNetwork(Protocol):
     """A network psrv trains: flat parameters and updater state, one step at a time, its file form."""
 
     seed: int
@@ -64,13 +64,13 @@ class Network(Protocol):
     def to_bytes(self) -> bytes: ...
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Network:
+    def from_bytes(cls, data: bytes) -> TrainableNetwork:
         """The network ``to_bytes`` wrote."""
         ...
 
 
 @runtime_checkable
-class DeviceNetwork(Network, Protocol):
+class DeviceNetwork(TrainableNetwork, Protocol):
     """A network whose live parameters are torch tensors on a device: steps and updates stay there."""
 
     device: Any  # torch.device
@@ -113,14 +113,16 @@ class MultiIONetwork(Protocol):
     def output_sizes(self) -> tuple[int, ...]: ...
 
 
-def is_multi_io(network: Network) -> bool:
+def is_multi_io(network: TrainableNetwork) -> bool:
     """Whether ``network`` takes several inputs or gives several outputs."""
     return isinstance(network, MultiIONetwork) and (network.multi_input or network.multi_output)
 
 
-def network_device(network: Network) -> str:
+def network_device(network: TrainableNetwork) -> str:
     """Where the network's live parameters are ("cpu" for a host network)."""
     return str(network.device) if isinstance(network, DeviceNetwork) else "cpu"
 
 
-__all__ = ["BufferedNetwork", "DeviceNetwork", "MultiIONetwork", "Network", "is_multi_io", "network_device"]
+__all__ = [
+    "BufferedNetwork", "DeviceNetwork", "MultiIONetwork", "TrainableNetwork", "is_multi_io", "network_device",
+]

@@ -7,6 +7,7 @@ from psrv.spark import storage  # importing it hands psrv.nn the reader and writ
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.driver.epochs import EarlyStopping
 from psrv.spark.driver.evaluation import load_evaluations, save_evaluations
+from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.network import SparkNetwork
 from psrv.spark.driver.parameter_averaging import ParameterAveragingTrainingMaster
 from psrv.spark.driver.partitioning import (
@@ -59,4 +60,5 @@ __all__ = [
     "load_evaluations",
     "repartition_rdd",
     "save_evaluations",
+    "TrainingMaster",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from psrv.nn.network import Network as LayerNetwork
 from psrv.nn.normalizers import normalizer_from_state
-from psrv.nn.protocol import BufferedNetwork, Network
+from psrv.nn.protocol import BufferedNetwork, TrainableNetwork
 from psrv.spark.errors import SparkConfigError
 
 _lineages: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -67,10 +67,10 @@ class NetworkPayload:
     lineage: str = ""
 
     @classmethod
-    def from_network(cls, network: Network, *, with_updater: bool = False) -> NetworkPayload:
+    def from_network(cls, network: TrainableNetwork, *, with_updater: bool = False) -> NetworkPayload:
         blob, factory = None, None
         if not isinstance(network, LayerNetwork):
-            if not isinstance(network, Network):
+            if not isinstance(network, TrainableNetwork):
                 raise SparkConfigError(
                     f"cannot ship a {type(network).__name__} to the executors: expected a psrv.nn.Network "
                     "or a network with to_bytes() and from_bytes() (e.g. psrv.nn.TorchNetwork)"
@@ -90,7 +90,7 @@ class NetworkPayload:
             lineage=lineage(network),
         )
 
-    def build(self, device: Any = None) -> Network:
+    def build(self, device: Any = None) -> TrainableNetwork:
         """A new network equal to the one this payload was made from (a torch one on ``device``)."""
         if self.blob is not None:
             network = self.factory.from_bytes(self.blob, device=device) if device is not None \
@@ -102,7 +102,7 @@ class NetworkPayload:
             network.normalizer = normalizer_from_state(self.normalizer_state)
         return network
 
-    def load_into(self, network: Network) -> None:
+    def load_into(self, network: TrainableNetwork) -> None:
         """Copy parameters (and updater state, counters) into an already built network."""
         if network.params.shape != self.params.shape:
             raise SparkConfigError(
@@ -127,7 +127,7 @@ def takes_device(factory: Any) -> bool:
         return False
 
 
-def buffers_of(network: Network) -> dict[str, np.ndarray] | None:
+def buffers_of(network: TrainableNetwork) -> dict[str, np.ndarray] | None:
     """Host copies of a network's buffers by name (None when it has no such notion, e.g. psrv.nn.Network)."""
     return network.get_buffers() if isinstance(network, BufferedNetwork) else None
 
@@ -149,7 +149,7 @@ def mean_buffers(total: dict[str, np.ndarray], count: int) -> dict[str, np.ndarr
     return {name: value / count for name, value in total.items()}
 
 
-def set_counters(network: Network, iteration: int, epoch: int) -> None:
+def set_counters(network: TrainableNetwork, iteration: int, epoch: int) -> None:
     """Set a network's iteration/epoch counters (used by learning-rate schedules)."""
     network.iteration = int(iteration)
     network.epoch = int(epoch)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from psrv.encoding import threshold_algorithm_from_state
 from psrv.nn.network import Network as LayerNetwork
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.serialization import network_from_bytes, network_to_bytes
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark import storage
@@ -42,7 +42,7 @@ class Checkpoint:
     stopped: bool
 
 
-def _network_bytes(network: Network) -> tuple[str, bytes]:
+def _network_bytes(network: TrainableNetwork) -> tuple[str, bytes]:
     if isinstance(network, LayerNetwork):
         return "network", network_to_bytes(network)
     from pyspark import cloudpickle
@@ -50,7 +50,7 @@ def _network_bytes(network: Network) -> tuple[str, bytes]:
     return "torch", network.to_bytes(pickle_module=cloudpickle)
 
 
-def network_from_record(kind: str, blob: bytes, source: str) -> Network:
+def network_from_record(kind: str, blob: bytes, source: str) -> TrainableNetwork:
     """The network a record's file form holds (``_network_bytes`` wrote it)."""
     if kind == "network":
         return network_from_bytes(blob, source=source)
@@ -68,7 +68,7 @@ def read_record(path: str, expected_format: str, what: str) -> dict[str, Any]:
     return record
 
 
-def _restore_network(kind: str, blob: bytes, network: Network, source: str) -> None:
+def _restore_network(kind: str, blob: bytes, network: TrainableNetwork, source: str) -> None:
     """Copy a checkpoint's network state into the driver's network object (in place)."""
     saved = network_from_record(kind, blob, source)
     if saved.params.shape != network.params.shape:
@@ -87,7 +87,8 @@ def checkpoint_path(directory: str, epoch: int) -> str:
     return directory.rstrip("/") + "/" + f"checkpoint-{epoch:06d}{SUFFIX}"
 
 
-def save(spark_context: SparkContext | None, directory: str, network: Network, master: TrainingMaster,
+def save(spark_context: SparkContext | None, directory: str, network: TrainableNetwork,
+         master: TrainingMaster,
          epoch: int, history: list[tuple[int, dict[str, float]]], stopped: bool = False) -> str:
     """Write the checkpoint of ``epoch`` atomically; returns its path."""
     kind, blob = _network_bytes(network)
@@ -115,7 +116,7 @@ def newest(spark_context: SparkContext | None, directory: str) -> str | None:
     return max(numbered)[1] if numbered else None
 
 
-def load_newest(spark_context: SparkContext | None, directory: str, network: Network,
+def load_newest(spark_context: SparkContext | None, directory: str, network: TrainableNetwork,
                 master: TrainingMaster) -> Checkpoint | None:
     """Restore the newest checkpoint into ``network`` (and the master's threshold state)."""
     path = newest(spark_context, directory)

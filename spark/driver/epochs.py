@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from psrv.nn.data import FileDataSetLoader
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.export import exported_minibatches
 from psrv.spark.driver import checkpoints
 from psrv.spark.driver.master import TrainingMaster
@@ -115,7 +115,7 @@ def _stop_requested(callback: Any, epoch: int, metrics: dict[str, float]) -> boo
 
 
 @contextmanager
-def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: Network, rdd: RDD,
+def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: TrainableNetwork, rdd: RDD,
                   element_counts: list[int] | None = None) -> Iterator[Callable[[], None]]:
     """A function that trains one epoch on data prepared once for the whole call.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.server import Controller
 from psrv.spark.config import VoidConfiguration
 from psrv.transport.keys import generate_keys
@@ -39,7 +39,7 @@ class LiveController:
     epochs: int = 0
     baseline: dict[str, Any] = field(default_factory=dict)
 
-    def begin_epoch(self, network: Network) -> None:
+    def begin_epoch(self, network: TrainableNetwork) -> None:
         """Before an epoch's job: the driver's updater state (averaged over the workers) becomes the
         one joining nodes download; parameters the driver changed since the last epoch (a callback, a
         user) replace the master copy. Unchanged ones stay: updates that reached the controller after
@@ -53,7 +53,7 @@ class LiveController:
         self.baseline = controller.counters_.snapshot()
         self.epochs += 1
 
-    def end_epoch(self, network: Network) -> None:
+    def end_epoch(self, network: TrainableNetwork) -> None:
         self.handed = np.array(network.params, copy=True)
 
     @property
@@ -87,7 +87,7 @@ class LiveController:
 _GAUGES = frozenset({"node_id", "mesh_version", "params_sum", "params_abs_sum", "params_crc32"})
 
 
-def start_controller(conf: VoidConfiguration, spark_context: SparkContext, network: Network,
+def start_controller(conf: VoidConfiguration, spark_context: SparkContext, network: TrainableNetwork,
                      kept: bool) -> LiveController:
     """A controller holding ``network``'s parameters and updater state (keys generated when secure)."""
     keys = None

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -35,26 +35,28 @@ class TrainingMaster(Protocol):
         """How many tasks train at once (the partitions of a training job)."""
         ...
 
-    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
+    def execute_training(self, spark_context: SparkContext, network: TrainableNetwork, rdd: RDD) -> None:
         """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
         ...
 
-    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
+    def execute_training_paths(self, spark_context: SparkContext, network: TrainableNetwork, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
         """One epoch over minibatch files (one minibatch per path, read with ``loader``)."""
         ...
 
-    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: TrainableNetwork,
+                             paths: Sequence[str],
                              loader: Any | None = None) -> None:
         """One epoch over minibatch files listed on the driver (an export made once per call)."""
         ...
 
-    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: TrainableNetwork,
+                                  data: RDD) -> None:
         """One epoch over data already partitioned for the workers (and cached) once per call."""
         ...
 
     def controller_for_call(self, spark_context: SparkContext,
-                            network: Network) -> AbstractContextManager[None]:
+                            network: TrainableNetwork) -> AbstractContextManager[None]:
         """What one ``fit(epochs=N)`` call keeps around all its epochs (gradient sharing: its controller)."""
         ...
 

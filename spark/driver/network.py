@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
 from psrv.nn.network import Network as LayerNetwork
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.data.batching import check_batch_size
 from psrv.spark.data.inputs import classes_of, dataframe_to_datasets, is_dataframe
@@ -38,7 +38,7 @@ DEFAULT_EVAL_BATCH_SIZE = 64
 
 
 class SparkNetwork:
-    """Train, evaluate and run a psrv ``Network`` on Spark.
+    """Train, evaluate and run a psrv ``TrainableNetwork`` on Spark.
 
     ``network`` is the driver's network: ``fit`` updates it in place (and returns it);
     ``training_master`` may be None when the network is only evaluated or used for inference.
@@ -52,7 +52,7 @@ class SparkNetwork:
     ``label_col`` one column per output (psrv.spark.data.inputs_multi).
     """
 
-    def __init__(self, spark_context: SparkContext, network: Network,
+    def __init__(self, spark_context: SparkContext, network: TrainableNetwork,
                  training_master: TrainingMaster | None = None, *,
                  eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
                  features_col: str | Sequence[Any] = "features", label_col: str | Sequence[str] = "label",
@@ -61,7 +61,7 @@ class SparkNetwork:
             spark_context = spark_context.sparkContext  # a SparkSession was given
         if spark_context is None or not hasattr(spark_context, "parallelize"):
             raise SparkConfigError(f"expected a SparkContext, got {type(spark_context).__name__}")
-        if not isinstance(network, Network):
+        if not isinstance(network, TrainableNetwork):
             raise SparkConfigError(f"expected a psrv.nn.Network, got {type(network).__name__}")
         self.spark_context = spark_context
         self.network = network
@@ -151,7 +151,7 @@ class SparkNetwork:
         preflight.check_sample(self.network, profile.sample, self.label_col)
         return profile
 
-    def get_network(self) -> Network:
+    def get_network(self) -> TrainableNetwork:
         """The driver's network (trained in place by ``fit``)."""
         return self.network
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import FileDataSetLoader
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
 from psrv.spark.driver.master import driver_event
@@ -90,11 +90,11 @@ class ParameterAveragingTrainingMaster:
         return max(1, int(spark_context.defaultParallelism))
 
     @contextmanager
-    def controller_for_call(self, spark_context: SparkContext, network: Network) -> Iterator[None]:
+    def controller_for_call(self, spark_context: SparkContext, network: TrainableNetwork) -> Iterator[None]:
         """Nothing outlives an epoch here (every round broadcasts the parameters afresh)."""
         yield
 
-    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
+    def execute_training(self, spark_context: SparkContext, network: TrainableNetwork, rdd: RDD) -> None:
         """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
         workers = self.workers(spark_context)
         data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
@@ -109,7 +109,7 @@ class ParameterAveragingTrainingMaster:
             self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1
 
-    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
+    def execute_training_paths(self, spark_context: SparkContext, network: TrainableNetwork, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
         """One epoch over minibatch files (one minibatch per path, read with ``loader``)."""
         paths = paths_rdd.collect()
@@ -119,24 +119,26 @@ class ParameterAveragingTrainingMaster:
         self._train_paths(spark_context, network, paths, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: TrainableNetwork,
+                             paths: Sequence[str],
                              loader: Any | None = None) -> None:
         """One epoch over minibatch files listed on the driver (an export made once per call)."""
         self._train_paths(spark_context, network, list(paths), loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: TrainableNetwork,
+                                  data: RDD) -> None:
         """One epoch over data already repartitioned for the workers (and cached) once per call."""
         self._train_direct(spark_context, network, data)
         network.epoch = network.epoch + 1
 
     # -- the rounds ------------------------------------------------------------------------------
-    def _order(self, network: Network, count: int) -> np.ndarray:
+    def _order(self, network: TrainableNetwork, count: int) -> np.ndarray:
         """A fresh order of the minibatches each epoch (reproducible from the network's seed)."""
         return np.random.default_rng([int(network.seed), int(network.epoch), 17]).permutation(count)
 
     def _train_paths(
-        self, spark_context: SparkContext, network: Network, paths: Sequence[str], loader: Any
+        self, spark_context: SparkContext, network: TrainableNetwork, paths: Sequence[str], loader: Any
     ) -> None:
         if not paths:
             raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
@@ -150,7 +152,7 @@ class ParameterAveragingTrainingMaster:
             used = min(workers, len(share))
             self._round(spark_context, network, spark_context.parallelize(share, used), loader, number)
 
-    def _train_direct(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
+    def _train_direct(self, spark_context: SparkContext, network: TrainableNetwork, data: RDD) -> None:
         """Re-batch in memory, deal the minibatches to (round, worker) partitions with one shuffle per
         epoch, then run each round as a job over just that round's partitions."""
         batch_size = self.batch_size_per_worker
@@ -185,7 +187,7 @@ class ParameterAveragingTrainingMaster:
         finally:
             minibatches.unpersist()
 
-    def _round(self, spark_context: SparkContext, network: Network, share: RDD, loader: Any | None,
+    def _round(self, spark_context: SparkContext, network: TrainableNetwork, share: RDD, loader: Any | None,
                number: int, partitions: list[int] | None = None) -> None:
         """One averaging round over ``share`` (or only over its ``partitions`` when given)."""
         started = time.time()

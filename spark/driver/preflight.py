@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.nn.data import MultiDataSet
-from psrv.nn.protocol import MultiIONetwork, Network, is_multi_io
+from psrv.nn.protocol import MultiIONetwork, TrainableNetwork, is_multi_io
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.task.profile import profile_partition
 
@@ -88,7 +88,7 @@ def _per_example_shape(array: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in np.shape(array)[1:])
 
 
-def check_sample(network: Network, sample: Any, label_col: str | None = None) -> None:
+def check_sample(network: TrainableNetwork, sample: Any, label_col: str | None = None) -> None:
     """The sample's features and labels fit the network (``input_shape`` named when they do not)."""
     if sample is None:
         return
@@ -122,7 +122,7 @@ def check_sample(network: Network, sample: Any, label_col: str | None = None) ->
         )
 
 
-def check_multi_sample(network: Network, sample: Any) -> None:
+def check_multi_sample(network: TrainableNetwork, sample: Any) -> None:
     """A sample of MultiDataSets (or DataSets) against a network of several inputs/outputs: as many
     feature and label arrays as the module takes and gives, each of the right shape, and one forward pass."""
     features = sample.features if isinstance(sample.features, list) else [sample.features]

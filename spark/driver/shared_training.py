@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn.data import FileDataSetLoader
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
@@ -126,7 +126,7 @@ class SharedTrainingMaster:
         return self.num_workers or max(1, int(spark_context.defaultParallelism))
 
     # -- entry points ------------------------------------------------------------------------------
-    def execute_training(self, spark_context: SparkContext, network: Network, rdd: RDD) -> None:
+    def execute_training(self, spark_context: SparkContext, network: TrainableNetwork, rdd: RDD) -> None:
         workers = self.workers(spark_context)
         data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
         if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
@@ -139,7 +139,7 @@ class SharedTrainingMaster:
         else:
             self.train_epoch_on_partitions(spark_context, network, data)
 
-    def execute_training_paths(self, spark_context: SparkContext, network: Network, paths_rdd: RDD,
+    def execute_training_paths(self, spark_context: SparkContext, network: TrainableNetwork, paths_rdd: RDD,
                                loader: Any | None = None) -> None:
         workers = self.workers(spark_context)
         data = repartition_rdd(paths_rdd, workers, self.repartition, "balanced")
@@ -148,7 +148,7 @@ class SharedTrainingMaster:
 
     # -- one fit call, many epochs ----------------------------------------------------------------
     @contextmanager
-    def controller_for_call(self, spark_context: SparkContext, network: Network) -> Iterator[None]:
+    def controller_for_call(self, spark_context: SparkContext, network: TrainableNetwork) -> Iterator[None]:
         """Keep one controller (one set of keys, the master copy) for every epoch trained inside.
 
         ``SparkNetwork.fit(epochs=N)`` trains inside it: each epoch's job joins the running controller
@@ -165,7 +165,8 @@ class SharedTrainingMaster:
             self._live = None
             live.controller.stop()
 
-    def train_epoch_on_paths(self, spark_context: SparkContext, network: Network, paths: Sequence[str],
+    def train_epoch_on_paths(self, spark_context: SparkContext, network: TrainableNetwork,
+                             paths: Sequence[str],
                              loader: Any | None = None) -> None:
         """One epoch over minibatch files listed on the driver (an export made once per call): shuffled
         as ``execute_training`` shuffles them, dealt to the workers without another Spark job."""
@@ -178,13 +179,15 @@ class SharedTrainingMaster:
         self._run(spark_context, network, paths_rdd, loader or FileDataSetLoader())
         network.epoch = network.epoch + 1
 
-    def train_epoch_on_partitions(self, spark_context: SparkContext, network: Network, data: RDD) -> None:
+    def train_epoch_on_partitions(self, spark_context: SparkContext, network: TrainableNetwork,
+                                  data: RDD) -> None:
         """One epoch over data already partitioned for the workers (and cached) once per call."""
         batch_size = self.batch_size_per_worker
         self._run(spark_context, network, data.mapPartitions(lambda items: rebatch(items, batch_size)), None)
         network.epoch = network.epoch + 1
 
-    def _start_controller(self, spark_context: SparkContext, network: Network, kept: bool) -> LiveController:
+    def _start_controller(self, spark_context: SparkContext, network: TrainableNetwork,
+                          kept: bool) -> LiveController:
         started = time.time()
         live = start_controller(self.conf, spark_context, network, kept)
         self.controller_starts += 1
@@ -192,7 +195,8 @@ class SharedTrainingMaster:
         return live
 
     # -- one distributed job -----------------------------------------------------------------------
-    def _run(self, spark_context: SparkContext, network: Network, data: RDD, loader: Any | None) -> None:
+    def _run(self, spark_context: SparkContext, network: TrainableNetwork, data: RDD,
+             loader: Any | None) -> None:
         live = self._live if self._live is not None else self._start_controller(spark_context, network,
                                                                                  kept=False)
         live.begin_epoch(network)
@@ -295,7 +299,7 @@ class SharedTrainingMaster:
             time.sleep(0.05)
         log.warning("controller applied %d of %d updates before the drain deadline", last, expected)
 
-    def _finish(self, network: Network, setup: WorkerSetup, results: list[WorkerResult], sent: int,
+    def _finish(self, network: TrainableNetwork, setup: WorkerSetup, results: list[WorkerResult], sent: int,
                 final: np.ndarray, controller_counters: dict[str, Any], started: float) -> None:
         network.set_params(final.astype(network.params.dtype))
         if results:

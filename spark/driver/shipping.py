@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.errors import SparkConfigError
 
@@ -235,7 +235,7 @@ def check_shippable(obj: Any, what: str, spark_context: SparkContext | None, fix
     check_references(pickled_references(obj, what, fix), what, spark_context)
 
 
-def check_network(network: Network, spark_context: SparkContext | None) -> None:
+def check_network(network: TrainableNetwork, spark_context: SparkContext | None) -> None:
     """The user's code inside a network (a TorchNetwork's module, loss and optimizer) can be shipped."""
     if not isinstance(network, TorchNetwork):
         return  # a psrv.nn.Network travels as configuration and vectors: no user code

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psrv.nn.network import Network as LayerNetwork
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.inputs import _plan_hash
@@ -60,10 +60,10 @@ class _NetworkEstimator(Estimator):
         self.last_history: list[Any] = []
         self.last_input_path = ""  # how the last fit read its DataFrame: "parquet", "arrow" or "rows"
 
-    def _new_network(self) -> Network:
+    def _new_network(self) -> TrainableNetwork:
         raise NotImplementedError
 
-    def _as_rdd(self, frame: DataFrame, network: Network) -> Any:
+    def _as_rdd(self, frame: DataFrame, network: TrainableNetwork) -> Any:
         """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
         tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
         check_columns(frame, self.feature_cols, "feature_cols")
@@ -122,7 +122,7 @@ class TorchEstimator(_NetworkEstimator):
         self.module, self.loss, self.optimizer = module, loss, optimizer
         self.input_shape, self.output_activation, self.seed = input_shape, output_activation, seed
 
-    def _new_network(self) -> Network:
+    def _new_network(self) -> TrainableNetwork:
         return TorchNetwork(copy.deepcopy(self.module), copy.deepcopy(self.loss), self.input_shape,
                             optimizer=self.optimizer, output_activation=self.output_activation,
                             seed=self.seed)
@@ -142,5 +142,5 @@ class NetworkEstimator(_NetworkEstimator):
                          checkpoint_dir=checkpoint_dir)
         self.network = network
 
-    def _new_network(self) -> Network:
+    def _new_network(self) -> TrainableNetwork:
         return self.network.clone()

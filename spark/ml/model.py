@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psrv.nn.network import Network as LayerNetwork
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.data.parquet import pyarrow_available
 from psrv.spark.errors import SparkInputError
@@ -41,7 +41,7 @@ def check_columns(frame: DataFrame, columns: Sequence[str], option: str) -> None
             f"DataFrame has no column(s) {missing} ({option}); its columns are {frame.columns}")
 
 
-def is_classifier(network: Network) -> bool:
+def is_classifier(network: TrainableNetwork) -> bool:
     """Whether the network's output is class scores (softmax/sigmoid, or any loss but MSE)."""
     if isinstance(network, TorchNetwork):
         return network.output_activation in ("softmax", "sigmoid")
@@ -85,7 +85,7 @@ class TorchModel(Model, MLWritable, MLReadable):
     # the package's name, so saved pipelines do not depend on which module defines the class.
     __module__ = "psrv.spark.ml"
 
-    def __init__(self, network: Network, feature_cols: Sequence[str] | str = ("features",),
+    def __init__(self, network: TrainableNetwork, feature_cols: Sequence[str] | str = ("features",),
                  prediction_col: str = "prediction", probability_col: str = "probability") -> None:
         super().__init__()
         self.network = network

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.spark import storage
 from psrv.spark.driver.checkpoints import _network_bytes, network_from_record, read_record
 from psrv.spark.errors import SparkInputError
@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 MODEL_FILE = "model.psrv"
 
 
-def model_record(network: Network, feature_cols: Sequence[str], prediction_col: str,
+def model_record(network: TrainableNetwork, feature_cols: Sequence[str], prediction_col: str,
                  probability_col: str) -> bytes:
     """The bytes of a model file: the network and the column names, one msgpack record."""
     kind, blob = _network_bytes(network)
@@ -37,7 +37,7 @@ def model_record(network: Network, feature_cols: Sequence[str], prediction_col: 
     return msgpack.packb(record, use_bin_type=True)
 
 
-def read_model_file(path: str) -> tuple[Network, dict[str, Any]]:
+def read_model_file(path: str) -> tuple[TrainableNetwork, dict[str, Any]]:
     """The network and the column names (``feature_cols``, ``prediction_col``, ``probability_col``)."""
     record = read_record(path, FORMAT, "psrv.spark.ml model file")
     network = network_from_record(record["network_kind"], record["network"], path)

@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 import numpy as np
-from psrv.nn.protocol import DeviceNetwork, Network
+from psrv.nn.protocol import DeviceNetwork, TrainableNetwork
 from psrv.nn.torch_adapter import resolve_device
 from psrv.server.update_intake import decode_or_reject
 
@@ -140,7 +140,7 @@ class DeviceSharing:
         self.encoder.residual.copy_(torch.from_numpy(np.asarray(residual)))
 
 
-def wants_device_sharing(network: Network, force: bool = False) -> bool:
+def wants_device_sharing(network: TrainableNetwork, force: bool = False) -> bool:
     """True for a torch network off the CPU (or on it when ``force``: how CI exercises this path)."""
     return isinstance(network, DeviceNetwork) and (force or not network.on_host)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.nn.protocol import MultiIONetwork, Network, is_multi_io
+from psrv.nn.protocol import MultiIONetwork, TrainableNetwork, is_multi_io
 from psrv.spark.data.batching import as_batch, chunked, rebatch
 from psrv.spark.errors import SparkInputError
 from psrv.spark.task.prefetch import PrefetchingIterator
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark import Broadcast
 
 
-def _eval_batches(network: Network, batches: Iterable[Any], evaluations: list[Any]) -> list[Any]:
+def _eval_batches(network: TrainableNetwork, batches: Iterable[Any], evaluations: list[Any]) -> list[Any]:
     # network.evaluate is what local evaluation runs, so distributed results equal local ones exactly
     # (it also widens a single sigmoid output to two classes for Evaluation).
     for batch in batches:
@@ -73,14 +73,14 @@ def _split_value(value: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return np.asarray(value), None
 
 
-def _accepts_mask(network: Network) -> bool:
+def _accepts_mask(network: TrainableNetwork) -> bool:
     try:
         return "mask" in inspect.signature(network.output).parameters
     except (TypeError, ValueError):
         return False
 
 
-def masked_output(network: Network, features: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+def masked_output(network: TrainableNetwork, features: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """The network's output; with a mask, masked-out examples (or steps) predict zeros.
 
     A network whose ``output`` takes a ``mask`` gets it; otherwise the mask is applied to the
@@ -120,7 +120,8 @@ def _feed_forward_several(network: MultiIONetwork, chunk: list[tuple[Any, Any]])
         yield key, [out[j] for out in outs] if network.multi_output else outs[0][j]
 
 
-def _feed_forward_batch(network: Network, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any, np.ndarray]]:
+def _feed_forward_batch(network: TrainableNetwork, chunk: list[tuple[Any, Any]]) -> Iterator[tuple[Any,
+                        np.ndarray]]:
     if is_multi_io(network):
         yield from _feed_forward_several(network, chunk)
         return

@@ -6,7 +6,7 @@ import logging
 import os
 import socket
 
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.server.node import Node
 from psrv.spark.config import split_address
 from psrv.spark.errors import ControllerUnreachableError
@@ -34,7 +34,8 @@ def route_source_address(address: str) -> str | None:
         return None
 
 
-def start_node(setup: WorkerSetup, network: Network, part: int, sharing: DeviceSharing | None = None) -> Node:
+def start_node(setup: WorkerSetup, network: TrainableNetwork, part: int,
+               sharing: DeviceSharing | None = None) -> Node:
     """A started node of this task, joined to the controller (it downloaded the master copy)."""
     config = setup.transport.replace(node_name=f"{setup.job_id}-p{part}")
     if setup.network_mask is None and not os.environ.get("PSRV_IP", "").strip():

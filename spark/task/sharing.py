@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
-from psrv.nn.protocol import Network, network_device
+from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
@@ -53,7 +53,7 @@ def _attempt() -> int:
 class SharingTask:
     """One attempt at one partition: its network, encoder, node and what it counted."""
 
-    def __init__(self, setup: WorkerSetup, device_sharing: Callable[[Network], bool]) -> None:
+    def __init__(self, setup: WorkerSetup, device_sharing: Callable[[TrainableNetwork], bool]) -> None:
         self.setup = setup
         self.part = partition_id()
         self.attempt = _attempt()
@@ -192,7 +192,7 @@ class SharingTrainer:
         self.loader = path_loader(loader)  # opens paths through psrv.spark.storage in the task
         self.on_step = on_step
 
-    def device_sharing(self, network: Network) -> bool:
+    def device_sharing(self, network: TrainableNetwork) -> bool:
         """Whether this task shares from the network's device (a torch network off the CPU)."""
         return wants_device_sharing(network)
 

@@ -14,16 +14,16 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
-from psrv.nn.protocol import Network
+from psrv.nn.protocol import TrainableNetwork
 from psrv.spark import storage
 from psrv.spark.data.batching import as_batch
 from psrv.spark.payload import NetworkPayload, takes_device
 from psrv.spark.task.device import task_device
 
-_training_networks: dict[str, Network] = {}
+_training_networks: dict[str, TrainableNetwork] = {}
 _lock = threading.Lock()
 _CACHE_SIZE = 4
-_cached: OrderedDict[str, Network] = OrderedDict()
+_cached: OrderedDict[str, TrainableNetwork] = OrderedDict()
 _cached_lock = threading.Lock()
 
 
@@ -40,7 +40,7 @@ def partition_id() -> int:
     return int(context.partitionId()) if context is not None else -1
 
 
-def training_network(payload: NetworkPayload) -> Network:
+def training_network(payload: NetworkPayload) -> TrainableNetwork:
     """A network of the payload's architecture holding the payload's parameters, updater state, counters.
 
     Built once per executor process, driver-side network (the payload's lineage) and device (a torch
@@ -64,7 +64,7 @@ def training_network(payload: NetworkPayload) -> Network:
     return network
 
 
-def cached_network(payload: NetworkPayload) -> Network:
+def cached_network(payload: NetworkPayload) -> TrainableNetwork:
     """The network of ``payload`` for evaluation and inference, built once per executor process (keyed
     by the payload's id; read-only use)."""
     with _cached_lock:
@@ -80,7 +80,7 @@ def cached_network(payload: NetworkPayload) -> Network:
     return network
 
 
-def _fits(network: Network, payload: NetworkPayload) -> bool:
+def _fits(network: TrainableNetwork, payload: NetworkPayload) -> bool:
     """Whether the payload's vectors can be copied into a network built earlier (else: rebuild)."""
     if network.params.shape != payload.params.shape:
         return False

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from psrv.encoding import FixedThreshold, ResidualEncoder, decode
 from psrv.nn import Adam, Dense, Network, Output
-from psrv.nn.protocol import BufferedNetwork, DeviceNetwork, MultiIONetwork
-from psrv.nn.protocol import Network as NetworkProtocol
+from psrv.nn.protocol import BufferedNetwork, DeviceNetwork, MultiIONetwork, TrainableNetwork
 
 GRID = 2.0**-12  # params on this grid, updates of +-2^-10: every float32 sum is exact in any order
 
@@ -215,9 +214,9 @@ def _contract_problems(instance: object, protocol: type) -> list[str]:
 
 
 NETWORK_PROTOCOLS = {
-    "network": (NetworkProtocol,),
-    "torch": (NetworkProtocol, DeviceNetwork, BufferedNetwork, MultiIONetwork),
-    "torch-optimizer-instance": (NetworkProtocol, DeviceNetwork, BufferedNetwork, MultiIONetwork),
+    "network": (TrainableNetwork,),
+    "torch": (TrainableNetwork, DeviceNetwork, BufferedNetwork, MultiIONetwork),
+    "torch-optimizer-instance": (TrainableNetwork, DeviceNetwork, BufferedNetwork, MultiIONetwork),
 }
 
 
@@ -250,7 +249,7 @@ def test_the_contract_check_sees_a_wrong_signature() -> None:
         def compute_update(self, features, labels):  # no mask
             return features, 0.0
 
-    problems = _contract_problems(Partial(), NetworkProtocol)
-    assert "not an instance of Network" in problems
+    problems = _contract_problems(Partial(), TrainableNetwork)
+    assert "not an instance of TrainableNetwork" in problems
     assert "compute_update: no parameter 'mask'" in problems
     assert "params: declared a property, got NoneType" in problems
