@@ -143,15 +143,10 @@ class NodeMachine:
     replay = property(lambda self: self.updates.replay)
     seq = property(lambda self: self.updates.seq)
     submitted_seq = property(lambda self: self.updates.submitted_seq)
-    backlog = property(lambda self: self.updates.backlog)
     last_applied_now = property(lambda self: self.updates.last_applied_now)
     updater_state = property(lambda self: self.sync.updater_state)
-    want_updater_state = property(lambda self: self.sync.want_updater_state)
     download = property(lambda self: self.sync.download)
     probe = property(lambda self: self.sync.probe)
-    log = property(lambda self: self.view.log)
-    _routes = property(lambda self: self.view.routes)  # (the tests look at the announced routes)
-    _token = property(lambda self: self.timers.token)  # (the tests answer the JOIN with it)
 
     def link_id(self, to: int) -> bytes:
         """The routing id this node's connection to member ``to`` presents (server/identity.py)."""
