@@ -1,5 +1,8 @@
 """The node's parameter downloads: catch-up after a join, re-sync when behind, and the snapshot a
-``check_replica`` compares against. Pure pieces of ``NodeMachine`` (no sockets, no clocks).
+``check_replica`` compares against. Parts of ``NodeMachine`` (no sockets, no clocks).
+
+- ``SyncPath``: the node's download part; it owns the pieces below and is given the node's view
+  and its update path (which replays what the master copy lacks and sends the backlog).
 
 - ``PendingDownload``: request ids, the catch-up deadline and the retry back-off of a download that
   stopped moving (a lost reply or chunk is asked for again, slower each time).
@@ -19,11 +22,12 @@ import numpy as np
 import psrv.encoding as encoding
 from psrv.server.dedup import SeenUpdates
 from psrv.server.node_state import NodeState
+from psrv.server.node_updates import UpdatePath
+from psrv.server.node_view import NodeView
 from psrv.server.replay import ReplayLog
 from psrv.server.replica import ReplicaCheck, compare, covers, expected_replica
-from psrv.server.seen import restore
 from psrv.transport.codec import as_buffer
-from psrv.transport.errors import FrameRejectedError
+from psrv.transport.errors import FrameRejectedError, JoinError
 from psrv.transport.events import Notify, Ready
 from psrv.transport.messages import Message, Op
 
@@ -148,85 +152,110 @@ class ReplicaProbe:
 
 
 class SyncPath:
-    """The download half of ``NodeMachine`` (a mixin: it uses the machine's state): ask for the master
-    copy, install it, replay what it lacks, apply what was held, send the backlog; check_replica's probe."""
+    """The node's downloads: ask for the master copy, install it (the update path replays what it
+    lacks and sends the backlog), retry a download that stopped moving; check_replica's probe.
 
-    def on_params_reply(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.probe.request and msg["request_id"] == self.probe.request and self.state is NodeState.RUNNING:
-            snap = parse_snapshot(msg, self.params.size)  # a snapshot for check_replica, not a catch-up
+    Owns the pending download, the probe and the downloaded updater state; collaborators: the
+    node's view and its update path (given)."""
+
+    def __init__(
+        self,
+        view: NodeView,
+        updates: UpdatePath,
+        installed: Callable[[np.ndarray], None] | None,
+        want_updater_state: bool,
+    ) -> None:
+        self.view, self.updates = view, updates
+        self._installed = installed
+        self.want_updater_state = want_updater_state
+        self.updater_state: np.ndarray | None = None
+        self.download = PendingDownload(view.config.catchup_timeout_s)
+        self.probe = ReplicaProbe()
+
+    def on_params_reply(self, msg: Message) -> bool:
+        """A PARAMS_REPLY: the probe's snapshot, or the download (True: installed, now running)."""
+        view = self.view
+        if self.probe.request and msg["request_id"] == self.probe.request and view.state is NodeState.RUNNING:
+            snap = parse_snapshot(msg, view.params.size)  # a snapshot for check_replica, not a catch-up
             snap.master = np.array(snap.master)
-            self.probe.snapshot, self.probe.resyncs = snap, self.counters_["resyncs"]
+            self.probe.snapshot, self.probe.resyncs = snap, view.counters["resyncs"]
             # the snapshot's watermark acknowledges our updates as a heartbeat's does (sooner)
-            self._set_acknowledged(max(self.acknowledged, snap.watermark.get(self.node_id, 0)))
-            return
-        if self.state is not NodeState.SYNCING or not self.download.accepts(msg["request_id"]):
-            return
+            view.set_acknowledged(max(view.acknowledged, snap.watermark.get(view.node_id, 0)))
+            return False
+        if view.state is not NodeState.SYNCING or not self.download.accepts(msg["request_id"]):
+            return False
         self._install(msg)
+        return True
 
     def _install(self, msg: Message) -> None:
         """Install the master copy, replay what it lacks, apply what was held, send the backlog."""
-        snap = parse_snapshot(msg, self.params.size)
-        self._ctrl_origins = set(snap.watermark)
-        extra = {o: set(s) for o, s in snap.extra.items()}
-        replayed = 0
-        np.copyto(self.params, snap.master, casting="same_kind")
+        view = self.view
+        snap = parse_snapshot(msg, view.params.size)
+        view.ctrl_origins = set(snap.watermark)
+        np.copyto(view.params, snap.master, casting="same_kind")
         if self._installed is not None:
-            self._installed(self.params)
+            self._installed(view.params)
         if snap.updater is not None:
             self.updater_state = snap.updater
-        incomplete = self.replay.incomplete(snap.watermark)
-        seen = restore(self.config.dedup_window, snap.watermark, snap.extra)
-        for origin, seq, payload, fields in self.replay.missing_from(snap.watermark, extra):
-            self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
-            seen.first_time(origin, seq)
-            replayed += 1
-        for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
-            if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
-                self.replay.remember(origin, seq, payload, fields)
-        self.seen = seen
-        self.state = NodeState.RUNNING
-        backlog, self.backlog = self.backlog, []
-        sends = []
-        for payload, fields in backlog:  # submitted while joining: its local apply was just overwritten
-            self.apply_local(payload)
-            self.seq += 1
-            self.replay.remember(self.node_id, self.seq, payload, fields)
-            sends.append({"origin": self.node_id, "seq": self.seq, "payload": payload, "fields": fields})
-        if sends:
-            self._send_own(sends)
+        replayed, incomplete = self.updates.rebase(snap.watermark, snap.extra)
+        view.state = NodeState.RUNNING
+        self.updates.send_backlog()
         if incomplete:
-            self.counters_.add("resync_incomplete")
-            self.log.warning("node %d: the replay ring was too short for origins %s; this replica may differ",
-                             self.node_id, incomplete[:8])
-        self.download.last_sync = self._now
-        self._ctrl_watermarks.clear()
-        self.log.info("node %d caught up: %d values, %d origins covered, %d replayed", self.node_id,
+            view.counters.add("resync_incomplete")
+            view.log.warning("node %d: the replay ring was too short for origins %s; this replica may differ",
+                             view.node_id, incomplete[:8])
+        self.download.last_sync = view.now
+        view.log.info("node %d caught up: %d values, %d origins covered, %d replayed", view.node_id,
                       snap.master.size, len(snap.watermark), replayed)
-        self._emit(Ready())  # start() returns (a driver ignores repeats)
-        self._emit(Notify("ready"))
+        view.emit(Ready())  # start() returns (a driver ignores repeats)
+        view.emit(Notify("ready"))
 
-    def _begin_sync(self, reason: str) -> None:
-        self.state = NodeState.SYNCING
-        self.download.begin(self._now, self.config.heartbeat_s)
-        self.counters_.add("resyncs")
-        self.log.info("node %d requesting the master copy (%s)", self.node_id, reason)
+    def begin(self, reason: str) -> None:
+        """Download the master copy (after a join, or when behind)."""
+        view = self.view
+        view.state = NodeState.SYNCING
+        self.download.begin(view.now, view.config.heartbeat_s)
+        view.counters.add("resyncs")
+        view.log.info("node %d requesting the master copy (%s)", view.node_id, reason)
         self._request_params()
 
     def _request_params(self) -> None:
-        """Ask for the master copy; a lost reply (or chunk of it) is asked for again by ``_tick``."""
-        rid = self.download.asked(self._now)
+        """Ask for the master copy; a lost reply (or chunk of it) is asked for again by ``tick``."""
+        rid = self.download.asked(self.view.now)
         fields = {"request_id": rid, "want_updater": self.want_updater_state}
-        self._send_ctrl(Message(Op.PARAMS_REQUEST, fields,
-                                src=self.node_id))
+        self.view.send_ctrl(Message(Op.PARAMS_REQUEST, fields, src=self.view.node_id))
 
-    def _request_check(self) -> None:
+    def tick(self, now: float) -> None:
+        """While downloading: give up at the catch-up deadline, ask again when nothing moved."""
+        view = self.view
+        if self.download.timed_out(now):
+            raise JoinError(f"node {view.node_id}: the parameter download from {view.controller_address} "
+                            f"did not finish within {view.config.catchup_timeout_s:.1f} s "
+                            f"({self.download.requests()} request(s))")
+        if self.download.retry_due(now):
+            view.log.warning("node %d: no part of the parameter download arrived for a while; "
+                             "asking again",
+                             view.node_id)
+            view.counters.add("download_retries")
+            self._request_params()
+
+    def request_check(self) -> None:
         """check_replica: ask for a snapshot (only while running; else the probe stays unrequested)."""
         self.probe.reset()
-        if self.state is not NodeState.RUNNING:
+        if self.view.state is not NodeState.RUNNING:
             return
         self.probe.request = self.download.next_id()
-        self._send_ctrl(Message(Op.PARAMS_REQUEST, {"request_id": self.probe.request, "want_updater": False},
-                                src=self.node_id))
+        fields = {"request_id": self.probe.request, "want_updater": False}
+        self.view.send_ctrl(Message(Op.PARAMS_REQUEST, fields, src=self.view.node_id))
+
+    def verdict(
+        self, tolerance: float, current: Callable[[], np.ndarray] | None
+    ) -> ReplicaCheck | str | None:
+        """``check_replica``'s verdict (see ReplicaProbe.verdict); the caller holds the facade's lock."""
+        view = self.view
+        live = current if current is not None else (lambda: view.params)
+        return self.probe.verdict(view.state is NodeState.RUNNING, view.counters["resyncs"],
+                                  self.updates.seen, self.updates.replay, live, tolerance)
 
 
 __all__ = [

@@ -1,8 +1,14 @@
 """The node protocol as a state machine: ``NodeMachine.handle(event, now) -> actions``.
 
-Split by job: node_updates.py (own updates out, received ones checked, deduplicated, relayed,
-applied), node_catchup.py (downloads, re-sync, the replica probe), node_guard.py (routes, allowed
-origins, the bounded waiting rooms), node_timers.py (join back-off, lost controller, beats).
+The machine composes parts that each own their state: ``UpdatePath`` (node_updates.py: own updates
+out, received ones checked, deduplicated, relayed, applied; the dedup state, the numbering, the
+replay ring), ``SyncPath`` (node_catchup.py: downloads, re-sync, the replica probe), ``Timers``
+(node_timers.py: join back-off, lost controller, own beats) and ``BeatRepairs`` (node_repairs.py:
+the repairs the controller's watermarks drive). What several of them read (identity, mesh view,
+configuration, parameters, the outbox of the event being handled) is one ``NodeView``
+(node_view.py) they are all given. The machine itself authenticates what arrives, keeps the
+membership (join, mesh, rejoin, stop) and dispatches each event to the part it concerns.
+node_guard.py holds the routes, the allowed origins and the bounded waiting rooms.
 
 No sockets, threads or clocks: the driver (``transport/loop.py`` in production, ``tests/sim/`` in
 tests) turns arrivals, timers and API calls into events (transport/events.py) and carries out the
@@ -52,24 +58,20 @@ several in one batch. While (re)joining the update goes to the backlog instead (
 
 from __future__ import annotations
 
-import logging
-from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
-from psrv.server.dedup import SeenUpdates
-from psrv.server.identity import SESSION_BYTES, link_id
-from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
 from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
-from psrv.server.node_catchup import PendingDownload, ReplicaProbe, SyncPath
-from psrv.server.node_guard import HeldQueue, Routes, check_addresses, mesh_of
-from psrv.server.node_state import NodeState, SlotToken
+from psrv.server.node_catchup import SyncPath
+from psrv.server.node_guard import HeldQueue, check_addresses, mesh_of, patience_s
+from psrv.server.node_repairs import BeatRepairs
+from psrv.server.node_state import ApplyHook, ApplyManyHook, NodeState, SlotToken
 from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
-from psrv.server.replay import ReplayLog
+from psrv.server.node_view import NodeView
+from psrv.server.replica import ReplicaCheck
 from psrv.transport.config import TransportConfig
-from psrv.transport.counters import Counters, RateLimitedLog
+from psrv.transport.counters import Counters
 from psrv.transport.errors import (
     ControllerLostError,
     FatalTransportError,
@@ -88,7 +90,6 @@ from psrv.transport.events import (
     Notify,
     Received,
     ReleaseSlots,
-    Send,
     Started,
     Stop,
     Stopping,
@@ -97,17 +98,12 @@ from psrv.transport.events import (
 )
 from psrv.transport.messages import UNJOINED, Message, Op
 
-ApplyHook = Callable[[np.ndarray, dict], None]
-#: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
-ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]
-
-BACKOFF_FIRST_S = 0.1
 _CONTROLLER_OPS = frozenset(
     {Op.JOIN_REPLY, Op.MESH, Op.PARAMS_REPLY, Op.HEARTBEAT, Op.EVICTED, Op.SHUTDOWN, Op.STATUS_REPLY}
 )
 
 
-class NodeMachine(UpdatePath, SyncPath, Timers):
+class NodeMachine:
     """A worker's side of the mesh protocol; see the module docstring."""
 
     def __init__(
@@ -123,83 +119,62 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         want_updater_state: bool = False,
         counters: Counters | None = None,
     ) -> None:
-        self.config = config
-        self.params = params
-        self.controller_address = controller_address
-        self.want_updater_state = want_updater_state
-        self._random = random_bytes
-        self._apply_hook, self._apply_many, self._installed = apply, apply_many, installed
         self.counters_ = counters if counters is not None else Counters()
-        self.log = logging.getLogger("psrv.transport.node")
-        self._now = 0.0
-        self._limited = RateLimitedLog(self.log, config.log_interval_s, clock=lambda: self._now)
-        self.address: str | None = None
-        self.session = b""  # drawn per join: the key of this node's per-link routing ids (``link_id``)
-        self.node_id = UNJOINED
+        self.view = view = NodeView(config, params, controller_address, self.counters_)
+        self.updates = UpdatePath(view, apply, apply_many)
+        self.sync = SyncPath(view, self.updates, installed, want_updater_state)
+        self.timers = Timers(view, random_bytes)
+        self.repairs = BeatRepairs(view, self.updates, self.sync)
         self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.restart = False  # the controller knew this node's name from an earlier join
-        self.updater_state: np.ndarray | None = None
-        self.state = NodeState.JOINING
-        self.mesh: MeshOrganizer | None = None
-        self.seen = SeenUpdates(config.dedup_window)
-        self.seq = 0
-        self.submitted_seq = 0  # what the last Submit was numbered (0: kept in the backlog)
-        self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
-        self.backlog: list[tuple[np.ndarray, dict]] = []
-        self.acknowledged = 0  # the controller's watermark of our own updates, as last announced
         self.stopped: BaseException | None | bool = False  # False while running; then the error or None
-        self.last_applied_now: float | None = None  # driver time of the last applied update
-        self._peers: dict[int, str] = {}  # mesh neighbours we hold a connection to -> their address
-        self._routes = Routes()
         self._unknown: HeldQueue[Received] = HeldQueue()  # from routing ids not announced yet
-        self._stale: HeldQueue[tuple[dict, Any, np.ndarray, int, int]] = HeldQueue()  # bad_origin rows
-        self._recent_origins: set[int] = set()  # departed members whose updates may still arrive
-        self._ctrl_origins: set[int] = set()  # the origins of the controller's last watermark
-        self._watch: PeerWatch | None = None  # the controller's liveness, once joined
-        self._beat = BeatTimer(config.heartbeat_s)
-        self._freeze = FreezeGuard(config.heartbeat_s)
-        self._ctrl_watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)  # (theirs, own seq, ours)
-        self._last_resend = -1e18
-        self._last_departed_resend: dict[int, float] = {}  # departed origin -> when we last re-sent for it
-        self._departed_at: dict[int, float] = {}  # left our mesh view -> when (_resend_departed)
-        self._token = ""
-        self._join_started = self._next_join = 0.0
-        self._join_attempts = 0
-        self._backoff = BACKOFF_FIRST_S
-        self._lost_since: float | None = None  # when the controller was lost (rejoining since)
-        self._last_ctrl_beat: float | None = None
-        self.download = PendingDownload(config.catchup_timeout_s)
-        self.probe = ReplicaProbe()
-        self._out: list[Action] = []
-        self._gathered: list[dict] = []  # own updates of "send" commands with ``more`` set
+
+    # ------------------------------------------------------------------ what the facade reads
+    config = property(lambda self: self.view.config)
+    params = property(lambda self: self.view.params)
+    controller_address = property(lambda self: self.view.controller_address)
+    address = property(lambda self: self.view.address)
+    node_id = property(lambda self: self.view.node_id)
+    state = property(lambda self: self.view.state)
+    mesh = property(lambda self: self.view.mesh)
+    acknowledged = property(lambda self: self.view.acknowledged)
+    seen = property(lambda self: self.updates.seen)
+    replay = property(lambda self: self.updates.replay)
+    seq = property(lambda self: self.updates.seq)
+    submitted_seq = property(lambda self: self.updates.submitted_seq)
+    last_applied_now = property(lambda self: self.updates.last_applied_now)
+    updater_state = property(lambda self: self.sync.updater_state)
+    download = property(lambda self: self.sync.download)
+    probe = property(lambda self: self.sync.probe)
 
     def link_id(self, to: int) -> bytes:
         """The routing id this node's connection to member ``to`` presents (server/identity.py)."""
-        return link_id(self.session, to)
+        return self.view.link_id(to)
 
     # ------------------------------------------------------------------ the one entry point
     def handle(self, event: Event, now: float) -> list[Action]:
         """Advance the protocol by one event; the actions for the driver to carry out, in order."""
-        self._now = now
+        self.view.now = now
         if self.stopped is not False:
-            self.submitted_seq = 0
+            self.updates.submitted_seq = 0
             if isinstance(event, Submit) and event.slot:
                 return [ReleaseSlots(1)]  # a submit that raced the stop
             return []
-        self._out = out = []
-        if self._gathered and not isinstance(event, Submit):
-            self._flush_gathered()
+        self.view.out = out = []
+        if self.updates.gathered and not isinstance(event, Submit):
+            self.updates.flush_gathered()
         try:
             if isinstance(event, Received):
                 self._on_received(event)
             elif isinstance(event, Tick):
                 self._tick(now)
             elif isinstance(event, Submit):
-                self._on_submit(event)
+                self.updates.submit(event)
             elif isinstance(event, CheckRequested):
-                self._request_check()
+                self.sync.request_check()
             elif isinstance(event, CheckDone):
-                self.probe.reset()
+                self.sync.probe.reset()
             elif isinstance(event, ChunkArrived):
                 self._on_chunk(event)
             elif isinstance(event, Dropped):
@@ -212,71 +187,50 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
             self._stop(exc)
         return out
 
-    def _emit(self, action: Action) -> None:
-        self._out.append(action)
-
-    def _send_ctrl(self, message: Message, *, urgent: bool = False) -> None:
-        self._emit(Send(CONTROLLER_ID, message, urgent=urgent))
-
     def _stop(self, error: BaseException | None) -> None:
+        view = self.view
         if error is not None:
-            self.log.error("node %d (%s) stopped: %s", self.node_id, self.address, error)
-        self.backlog.clear()
-        slots = sum(1 for item in self._gathered if item.get("slot"))
-        self._gathered = []
+            view.log.error("node %d (%s) stopped: %s", view.node_id, view.address, error)
+        slots = self.updates.stopping()
         if slots:
-            self._emit(ReleaseSlots(slots))
+            view.emit(ReleaseSlots(slots))
         self.stopped = error
-        self._emit(Stop(error))
-        self._emit(Notify("stopped"))
-
-    def _reject(self, reason: str, detail: str) -> None:
-        self.counters_.reject(reason)
-        self._limited.warning(f"reject:{reason}", "node %s rejected a message (%s): %s",
-                              self.address, reason, detail)
+        view.emit(Stop(error))
+        view.emit(Notify("stopped"))
 
     # ------------------------------------------------------------------ the task thread's requests
-    def _on_submit(self, event: Submit) -> None:
-        """Number and remember one checked own update (applied locally already), then send it (or
-        gather it while ``more`` says another follows); while (re)joining keep it in the backlog."""
-        if self.state is NodeState.RUNNING:
-            self.seq += 1
-            self.submitted_seq = self.seq
-            self.replay.remember(self.node_id, self.seq, event.payload, event.fields)
-            self._gathered.append({"origin": self.node_id, "seq": self.seq, "payload": event.payload,
-                                   "fields": event.fields, "slot": event.slot})
-            if not event.more:
-                self._flush_gathered()
-            return
-        self.submitted_seq = 0
-        self.backlog.append((event.payload, event.fields))
-        if len(self.backlog) > self.config.replay_ring_messages:
-            # dropped consistently: the catch-up replaces the parameters it was applied to
-            del self.backlog[0]
-            self.counters_.add("backlog_dropped")
-        if event.slot:
-            self._emit(ReleaseSlots(1))
+    def apply_local(self, payload: np.ndarray) -> None:
+        """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
+        holds the facade's lock), through the ``apply`` hook when the parameters live behind it."""
+        self.updates.apply_local(payload)
 
     def all_acknowledged(self) -> bool:
         """Does the controller hold every update this node submitted (as its last beat said)?"""
-        return self.state is not NodeState.JOINING and not self.backlog and self.acknowledged >= self.seq
+        updates = self.updates
+        return (self.view.state is not NodeState.JOINING and not updates.backlog
+                and self.view.acknowledged >= updates.seq)
 
-    def check_verdict(self, tolerance: float, current: Callable[[], np.ndarray] | None = None) -> Any:
+    def check_verdict(
+        self, tolerance: float, current: Callable[[], np.ndarray] | None = None
+    ) -> ReplicaCheck | str | None:
         """``check_replica``'s verdict (see ReplicaProbe.verdict); the caller holds the facade's lock."""
-        live = current if current is not None else (lambda: self.params)
-        return self.probe.verdict(self.state is NodeState.RUNNING, self.counters_["resyncs"],
-                                  self.seen, self.replay, live, tolerance)
+        return self.sync.verdict(tolerance, current)
+
+    def next_timer(self) -> float | None:
+        """The driver time of the next JOIN attempt while joining (a driver may tick then), else None."""
+        return self.timers.next_timer() if self.stopped is False else None
 
     # ------------------------------------------------------------------ driver events
     def _on_started(self, event: Started) -> None:
-        self.address = event.address
-        self._begin_join()
-        self._tick(self._now)  # the first JOIN leaves at once
+        self.view.address = event.address
+        self.timers.begin_join()
+        self._tick(self.view.now)  # the first JOIN leaves at once
 
     def _on_stopping(self) -> None:
-        if self.node_id > 0:
-            self._send_ctrl(Message(Op.LEAVE, {"reason": "node stopping"}, src=self.node_id))
-        self.log.info("node %d (%s) stopping: %s", self.node_id, self.address,
+        view = self.view
+        if view.node_id > 0:
+            view.send_ctrl(Message(Op.LEAVE, {"reason": "node stopping"}, src=view.node_id))
+        view.log.info("node %d (%s) stopping: %s", view.node_id, view.address,
                       {k: self.counters_[k] for k in ("updates_sent", "updates_applied",
                                                       "duplicates_dropped")})
         self._stop(None)
@@ -286,25 +240,56 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         that moves (no need to ask again). Only on the controller's connection, whatever it claims."""
         if event.src != CONTROLLER_ID:
             return
+        view = self.view
         on_ctrl = event.via == CONTROLLER_ID if event.routing_id is None else (
-            self._routes.sender(event.routing_id) == CONTROLLER_ID)
+            view.routes.sender(event.routing_id) == CONTROLLER_ID)
         if not on_ctrl:
             return
-        if self._watch is not None:
-            self._watch.heard(self._now)
-        if self.state is NodeState.SYNCING:
-            self.download.progress = self._now
+        self.timers.heard(view.now)
+        if view.state is NodeState.SYNCING:
+            self.sync.download.progress = view.now
 
     def _on_dropped(self, event: Dropped) -> None:
         self.counters_.add("updates_dropped_backpressure", event.count)
         self.counters_.add("updates_relayed", -event.count)
-        self._limited.warning(f"drop:{event.peer}", "node %d: send queue to %d full, %d update(s) dropped",
-                              self.node_id, event.peer, event.count)
+        self.view.limited.warning(f"drop:{event.peer}",
+                                  "node %d: send queue to %d full, %d update(s) dropped",
+                                  self.view.node_id, event.peer, event.count)
 
-    def _flush_gathered(self) -> None:
-        items, self._gathered = self._gathered, []
-        self._send_own(items)
+    def _tick(self, now: float) -> None:
+        """Time passed: release what waited, then the timers in order (join, lost controller, the
+        download, our beat)."""
+        self._release_held()
+        self.timers.check_frozen(now)
+        state = self.view.state
+        if state is NodeState.JOINING:
+            self.timers.tick_joining(now)
+            return
+        if self.timers.controller_lost(now):
+            # keep trying to rejoin for controller_lost_timeout_s; on rejoin the replica is replaced by
+            # the master copy (see README: partitions)
+            self._rejoin("lost the controller")
+            self.timers.lost_at(now)
+            return
+        if state is NodeState.SYNCING:
+            self.sync.tick(now)
+        self.timers.beat(now)
 
+    def _release_held(self) -> None:
+        """A newer view arrived (or time passed): handle what it explains, refuse what waited too long."""
+        view = self.view
+        if len(self._unknown):
+            wait = patience_s(view.config.heartbeat_s)
+            ready, expired = self._unknown.release(
+                view.now, wait, lambda e: view.routes.sender(e.routing_id) is not None)
+            for event in expired:
+                view.reject("bad_sender", f"{event.message.op} claiming node {event.message.src} from a "
+                            f"connection never announced within {wait:.1f} s")
+            for event in ready:
+                self._on_received(event, held=True)
+        self.updates.release_stale()
+
+    # ------------------------------------------------------------------ received messages
     def _on_received(self, event: Received, *, held: bool = False) -> None:
         msg = event.message
         try:
@@ -315,29 +300,30 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
                 raise FrameRejectedError("unknown_type", f"a node does not accept {msg.op} messages")
             handler(self, msg, event.routing_id)
         except FrameRejectedError as exc:
-            self._reject(exc.reason, exc.detail)
+            self.view.reject(exc.reason, exc.detail)
         except FatalTransportError:
             raise
         except TransportError as exc:  # e.g. MeshError / InvalidSequenceError from a crafted message
-            self._reject("bad_message", f"{type(exc).__name__}: {exc}")
+            self.view.reject("bad_message", f"{type(exc).__name__}: {exc}")
 
     def _authenticate(self, event: Received, held: bool) -> bool:
         """Replies come back on our own connection to the controller; everything else arrives on our
         ROUTER and counts only from a routing id the controller announced, under that member's id.
         False: ignore quietly (or held); FrameRejectedError("bad_sender"): counted."""
         msg = event.message
+        view = self.view
         if event.routing_id is None:
             if event.via not in (None, CONTROLLER_ID):
                 raise FrameRejectedError("bad_sender", f"{msg.op} on the connection to node {event.via}")
             sender = CONTROLLER_ID
         else:
-            sender = self._routes.sender(event.routing_id)
-            if sender is None and self.state is NodeState.JOINING:
+            sender = view.routes.sender(event.routing_id)
+            if sender is None and view.state is NodeState.JOINING:
                 self.counters_.add("ignored_while_joining")  # e.g. the controller's beat racing our reply
                 return False
             # a new neighbour may send before the controller's MESH naming it reaches us
             if (sender is None and not held and msg.op in (Op.UPDATE, Op.UPDATES)
-                    and self._unknown.hold(self._now, event)):
+                    and self._unknown.hold(view.now, event)):
                 self.counters_.add("held_unknown_sender")
                 return False
         if sender != msg.src:
@@ -346,121 +332,114 @@ class NodeMachine(UpdatePath, SyncPath, Timers):
         if msg.op in _CONTROLLER_OPS and sender != CONTROLLER_ID:
             raise FrameRejectedError("bad_sender",
                                      f"{msg.op} from node {sender}: only the controller sends it")
-        if sender == CONTROLLER_ID and self._watch is not None:
-            self._watch.heard(self._now)  # any frame of the controller's is a sign of life
+        if sender == CONTROLLER_ID:
+            self.timers.heard(view.now)  # any frame of the controller's is a sign of life
         return True
 
     def on_join_reply(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.state is not NodeState.JOINING or msg["token"] != self._token:
+        view = self.view
+        if view.state is not NodeState.JOINING or msg["token"] != self.timers.token:
             return  # a late reply to an earlier attempt
         mesh = mesh_of(msg)
         if msg["node_id"] not in mesh:
             raise FrameRejectedError("bad_field", f"join reply: node {msg['node_id']} is not in its mesh")
         check_addresses(mesh, msg["node_id"])  # (everything is checked before anything changes)
-        self._routes.announce(msg["routes"], fresh=True)
-        self.node_id = msg["node_id"]
-        self.seq = 0
-        self.ids_held.append(self.node_id)
-        self._set_acknowledged(0)
-        self._lost_since = None
+        view.routes.announce(msg["routes"], fresh=True)
+        view.node_id = msg["node_id"]
+        self.updates.seq = 0
+        self.ids_held.append(view.node_id)
+        view.set_acknowledged(0)
         self.restart = msg["restart"]
         pace = (float(msg["heartbeat_s"]), int(msg["missed_beats"]))
-        if pace != (self.config.heartbeat_s, self.config.missed_beats):
-            # the controller's pace
-            self.config = self.config.replace(heartbeat_s=pace[0], missed_beats=pace[1])
-            self._beat = BeatTimer(self.config.heartbeat_s)
-            self._freeze = FreezeGuard(self.config.heartbeat_s, self._now)
-        self._watch = PeerWatch(self.config.effective_controller_timeout_s, self._now)
+        paced = pace != (view.config.heartbeat_s, view.config.missed_beats)
+        if paced:  # the controller's pace
+            view.config = view.config.replace(heartbeat_s=pace[0], missed_beats=pace[1])
+        self.timers.joined(paced)
         self._install_mesh(mesh)
-        self.log.info("node %d joined the controller at %s from %s after %d attempt(s): parent %d, "
-                      "mesh version %d%s", self.node_id, self.controller_address, self.address,
-                      self._join_attempts, mesh.parent(self.node_id), mesh.version,
+        view.log.info("node %d joined the controller at %s from %s after %d attempt(s): parent %d, "
+                      "mesh version %d%s", view.node_id, view.controller_address, view.address,
+                      self.timers.join_attempts, mesh.parent(view.node_id), mesh.version,
                       " (restart)" if self.restart else "")
-        self._begin_sync("catch-up after joining")
+        self.sync.begin("catch-up after joining")
 
     def on_mesh(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.mesh is None or msg["version"] <= self.mesh.version:
+        view = self.view
+        if view.mesh is None or msg["version"] <= view.mesh.version:
             return
         mesh = mesh_of(msg)
-        if self.node_id not in mesh:
-            self._rejoin(f"mesh version {mesh.version} no longer holds node {self.node_id}")
+        if view.node_id not in mesh:
+            self._rejoin(f"mesh version {mesh.version} no longer holds node {view.node_id}")
             return
-        check_addresses(mesh, self.node_id)
-        self._routes.announce(msg["routes"])
+        check_addresses(mesh, view.node_id)
+        view.routes.announce(msg["routes"])
         self._install_mesh(mesh)
         self._release_held()
 
     def on_update(self, msg: Message, routing_id: bytes | None) -> None:
-        if self.state is NodeState.JOINING:
-            return
-        fresh = self._fresh_updates(msg)
-        if fresh:
-            self._take(fresh, msg.src)
+        self.updates.on_update(msg)
 
     on_updates = on_update  # a batch is handled row by row, exactly like single updates
 
+    def on_params_reply(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.sync.on_params_reply(msg):
+            self.repairs.caught_up()
+
+    def on_heartbeat(self, msg: Message, routing_id: bytes | None) -> None:
+        if self.view.state is NodeState.JOINING:
+            return
+        if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
+            self.timers.liveness_beat(self.view.now)
+            return
+        self.repairs.on_watermarks(msg)
+
     def on_evicted(self, msg: Message, routing_id: bytes | None) -> None:
-        if msg["node_id"] == self.node_id and self.state is not NodeState.JOINING:
+        if msg["node_id"] == self.view.node_id and self.view.state is not NodeState.JOINING:
             self._rejoin(msg["reason"])  # (else about an id this process held before it rejoined)
 
     def on_shutdown(self, msg: Message, routing_id: bytes | None) -> None:
-        raise ControllerLostError(f"node {self.node_id} ({self.address}): the controller at "
-                                  f"{self.controller_address} shut down ({msg['reason']})")
+        view = self.view
+        raise ControllerLostError(f"node {view.node_id} ({view.address}): the controller at "
+                                  f"{view.controller_address} shut down ({msg['reason']})")
 
     # ------------------------------------------------------------------ mesh and membership
     def _install_mesh(self, mesh: MeshOrganizer) -> None:
-        wanted = {n for n in mesh.neighbours(self.node_id) if n != CONTROLLER_ID}
-        if self.mesh is not None:
-            gone = set(self.mesh.node_ids()) - set(mesh.node_ids())
-            self._recent_origins = (self._recent_origins | gone) - set(mesh.node_ids())
-            self._departed_at.update({origin: self._now for origin in sorted(gone)})
-        self.mesh = mesh
+        view = self.view
+        wanted = {n for n in mesh.neighbours(view.node_id) if n != CONTROLLER_ID}
+        if view.mesh is not None:
+            gone = set(view.mesh.node_ids()) - set(mesh.node_ids())
+            view.recent_origins = (view.recent_origins | gone) - set(mesh.node_ids())
+            view.departed_at.update({origin: view.now for origin in sorted(gone)})
+        view.mesh = mesh
         self.counters_.gauges["mesh_version"] = mesh.version
-        for node_id in sorted(self._peers):
-            if node_id not in wanted or self._peers[node_id] != mesh.address(node_id):
-                del self._peers[node_id]
-                self._emit(Disconnect(node_id, self.config.linger_s))
-        for node_id in sorted(wanted - set(self._peers)):
-            self._peers[node_id] = mesh.address(node_id)
-            self._emit(Connect(node_id, mesh.address(node_id), routing_id=self.link_id(node_id)))
-
-    def _begin_join(self) -> None:
-        self.state = NodeState.JOINING
-        self._token = self._random(16).hex()
-        self.session = self._random(SESSION_BYTES)
-        # a new session, a new connection to the controller: replies (JOIN_REPLY, PARAMS_REPLY, its
-        # liveness beats) come back on it; the old one (a previous membership) is replaced
-        self._emit(Connect(CONTROLLER_ID, self.controller_address, routing_id=self.link_id(CONTROLLER_ID),
-                           listen=True))
-        self._join_started = self._now
-        self._join_attempts = 0
-        self._next_join = self._now
-        self._backoff = BACKOFF_FIRST_S
+        peers = view.peers
+        for node_id in sorted(peers):
+            if node_id not in wanted or peers[node_id] != mesh.address(node_id):
+                del peers[node_id]
+                view.emit(Disconnect(node_id, view.config.linger_s))
+        for node_id in sorted(wanted - set(peers)):
+            peers[node_id] = mesh.address(node_id)
+            view.emit(Connect(node_id, mesh.address(node_id), routing_id=view.link_id(node_id)))
 
     def _rejoin(self, reason: str) -> None:
-        self.log.warning("node %d must rejoin: %s", self.node_id, reason)
+        view = self.view
+        view.log.warning("node %d must rejoin: %s", view.node_id, reason)
         self._unknown.clear()
-        self._stale.clear()
-        self.replay.clear()
-        self.node_id = UNJOINED
-        self.state = NodeState.JOINING
-        for node_id in sorted(self._peers):
-            self._emit(Disconnect(node_id, 0.0))
-        self._peers.clear()
-        self.mesh = None
-        self._routes.clear()
-        self._recent_origins = set()
-        self._departed_at, self._last_departed_resend = {}, {}
-        self.seen = SeenUpdates(self.config.dedup_window)
-        self.probe.reset()
+        self.updates.rejoining()
+        view.node_id = UNJOINED
+        view.state = NodeState.JOINING
+        for node_id in sorted(view.peers):
+            view.emit(Disconnect(node_id, 0.0))
+        view.peers.clear()
+        view.mesh = None
+        view.routes.clear()
+        view.recent_origins = set()
+        view.departed_at = {}
+        self.repairs.rejoining()
+        self.sync.probe.reset()
         self.counters_.add("rejoins")
-        self._begin_join()
-        self._tick_joining(self._now)  # the first JOIN leaves at once
+        self.timers.begin_join()
+        self.timers.tick_joining(view.now)  # the first JOIN leaves at once
 
-    def _set_acknowledged(self, watermark: int) -> None:
-        if watermark != self.acknowledged:
-            self.acknowledged = watermark
-            self._emit(Notify("acknowledged"))
 
 _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {
     Op.JOIN_REPLY: NodeMachine.on_join_reply,

@@ -1,8 +1,10 @@
-"""The update path of ``NodeMachine``: own updates out, received ones checked, deduplicated, relayed
-(never back where they came from) and applied once, and the rows held for a newer mesh view.
+"""The node's update path: own updates numbered and sent out, received ones checked, deduplicated,
+relayed (never back where they came from) and applied once, and the rows held for a newer mesh view.
 
-A mixin of server/node_machine.py (it uses the machine's state: ``mesh``, ``seen``, ``replay``,
-``counters_``, ``_emit``...); split out to keep each module one job and short.
+``UpdatePath`` owns what only it changes: the own numbering (``seq``), the dedup state (``seen``),
+the replay ring (``replay``), the backlog submitted while (re)joining, the own updates gathered for
+one batch, the rows waiting for a newer view, and the apply hooks. It reads the node's shared view
+(server/node_view.py) and emits its actions there.
 """
 
 from __future__ import annotations
@@ -11,114 +13,153 @@ from typing import Any
 
 import numpy as np
 import psrv.encoding as encoding
+from psrv.server.dedup import SeenUpdates
 from psrv.server.mesh import CONTROLLER_ID
-from psrv.server.node_guard import origin_allowed, patience_s
-from psrv.server.node_state import NodeState, SlotToken
+from psrv.server.node_guard import HeldQueue, origin_allowed, patience_s
+from psrv.server.node_state import ApplyHook, ApplyManyHook, NodeState, SlotToken
+from psrv.server.node_view import NodeView
+from psrv.server.replay import ReplayLog
+from psrv.server.seen import restore
 from psrv.server.update_intake import apply_once, check_row, first_arrival
 from psrv.server.updates import batch_message, groups, unbatch
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import ReleaseSlots, Send
+from psrv.transport.events import ReleaseSlots, Send, Submit
 from psrv.transport.messages import Message
 
 __all__ = ["UpdatePath"]
+
+Fresh = list[tuple[dict, Any, np.ndarray]]  # (fields, buffer, payload) rows seen for the first time
 
 
 class UpdatePath:
     """Own updates out, received updates in; see the module docstring."""
 
-    def _send_own(self, items: list[dict]) -> None:
+    def __init__(self, view: NodeView, apply: ApplyHook | None, apply_many: ApplyManyHook | None) -> None:
+        self.view = view
+        self._apply_hook, self._apply_many = apply, apply_many
+        config = view.config
+        self.seen = SeenUpdates(config.dedup_window)
+        self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
+        self.seq = 0
+        self.submitted_seq = 0  # what the last Submit was numbered (0: kept in the backlog)
+        self.backlog: list[tuple[np.ndarray, dict]] = []
+        self.gathered: list[dict] = []  # own updates of submits with ``more`` set
+        self.last_applied_now: float | None = None  # driver time of the last applied update
+        self._stale: HeldQueue[tuple[dict, Any, np.ndarray, int, int]] = HeldQueue()  # bad_origin rows
+
+    # ------------------------------------------------------------------ membership changes
+    def rejoining(self) -> None:
+        """A new membership: nothing of the old one is relayed, replayed or deduplicated against."""
+        self._stale.clear()
+        self.replay.clear()
+        self.seen = SeenUpdates(self.view.config.dedup_window)
+
+    def stopping(self) -> int:
+        """Drop what was never sent; the number of submit slots those updates held."""
+        self.backlog.clear()
+        slots = sum(1 for item in self.gathered if item.get("slot"))
+        self.gathered = []
+        return slots
+
+    # ------------------------------------------------------------------ own updates
+    def submit(self, event: Submit) -> None:
+        """Number and remember one checked own update (applied locally already), then send it (or
+        gather it while ``more`` says another follows); while (re)joining keep it in the backlog."""
+        view = self.view
+        if view.state is NodeState.RUNNING:
+            self.seq += 1
+            self.submitted_seq = self.seq
+            self.replay.remember(view.node_id, self.seq, event.payload, event.fields)
+            self.gathered.append({"origin": view.node_id, "seq": self.seq, "payload": event.payload,
+                                  "fields": event.fields, "slot": event.slot})
+            if not event.more:
+                self.flush_gathered()
+            return
+        self.submitted_seq = 0
+        self.backlog.append((event.payload, event.fields))
+        if len(self.backlog) > view.config.replay_ring_messages:
+            # dropped consistently: the catch-up replaces the parameters it was applied to
+            del self.backlog[0]
+            view.counters.add("backlog_dropped")
+        if event.slot:
+            view.emit(ReleaseSlots(1))
+
+    def flush_gathered(self) -> None:
+        items, self.gathered = self.gathered, []
+        self.send_own(items)
+
+    def send_backlog(self) -> None:
+        """After a catch-up: apply, number and send what was submitted while joining (its local apply
+        was just overwritten by the master copy)."""
+        backlog, self.backlog = self.backlog, []
+        sends = []
+        for payload, fields in backlog:
+            self.apply_local(payload)
+            self.seq += 1
+            self.replay.remember(self.view.node_id, self.seq, payload, fields)
+            sends.append({"origin": self.view.node_id, "seq": self.seq, "payload": payload, "fields": fields})
+        if sends:
+            self.send_own(sends)
+
+    def send_own(self, items: list[dict]) -> None:
         """Send own updates (batched when several queued up); see batch.py."""
+        view = self.view
         ready: list[tuple[dict, np.ndarray, bool]] = []
         for item in items:
-            if item["origin"] != self.node_id or self.mesh is None:
+            if item["origin"] != view.node_id or view.mesh is None:
                 if item.get("slot"):
-                    self._emit(ReleaseSlots(1))
+                    view.emit(ReleaseSlots(1))
                 continue  # submitted before a rejoin: the re-sync replaced the params it was applied to
             self.seen.first_time(item["origin"], item["seq"])
             ready.append(({"origin": item["origin"], "seq": item["seq"], **item["fields"]}, item["payload"],
                           bool(item.get("slot"))))
         if not ready:
             return
-        targets = self.mesh.relay_targets(self.node_id, came_from=None)
+        targets = view.mesh.relay_targets(view.node_id, came_from=None)
         for group in groups(ready, size_of=lambda item: item[1].nbytes):
             slots = sum(1 for _, _, holds in group if holds)
             token = None
             if slots and targets:
                 token = SlotToken(len(targets), slots)
             elif slots:
-                self._emit(ReleaseSlots(slots))
+                view.emit(ReleaseSlots(slots))
             self._relay([(fields, payload) for fields, payload, _ in group], came_from=None, token=token)
-            self.counters_.add("updates_sent", len(group))
+            view.counters.add("updates_sent", len(group))
 
     def _relay(
         self, items: list[tuple[dict, Any]], came_from: int | None, token: SlotToken | None = None
     ) -> None:
         """Send ``(fields, buffer)`` updates to every neighbour but ``came_from`` (None: our own,
         never dropped; relayed copies are droppable)."""
+        view = self.view
         own = came_from is None
-        for target in self.mesh.relay_targets(self.node_id, came_from=came_from):
-            if target != CONTROLLER_ID and target not in self._peers:
+        for target in view.mesh.relay_targets(view.node_id, came_from=came_from):
+            if target != CONTROLLER_ID and target not in view.peers:
                 if token is not None and token.sent():
-                    self._emit(ReleaseSlots(token.count))
+                    view.emit(ReleaseSlots(token.count))
                 continue
             for group in groups(items) if token is None else [items]:
-                self._emit(Send(target, batch_message(group, self.node_id), droppable=not own, token=token,
-                                count=len(group)))
+                view.emit(Send(target, batch_message(group, view.node_id), droppable=not own, token=token,
+                               count=len(group)))
                 if not own:
-                    self.counters_.add("updates_relayed", len(group))
+                    view.counters.add("updates_relayed", len(group))
 
-    def _resend_own(self, acknowledged: int, upto: int) -> None:
-        """Own updates sent two beats ago that the controller still lacks were lost in flight (a full
-        queue or a dead relay on the way up): send them again from the replay ring, straight to the
-        controller. Not along the mesh: in MESH mode the copy may have died past the first hop, and
-        the neighbours that hold it would drop the re-send as a duplicate. The controller applies it
-        and relays it to everyone (those who had it drop it as a duplicate)."""
-        again = self.replay.own(self.node_id, acknowledged, upto)
-        items = [({"origin": self.node_id, "seq": seq, **fields}, payload) for seq, payload, fields in again]
-        for group in groups(items):
-            self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
-        self.counters_.add("updates_resent", len(again))
-        self.log.warning("node %d: the controller lacks own updates %d..%d; resent %d from the ring",
-                         self.node_id, acknowledged + 1, upto, len(again))
-
-    def _resend_departed(self, latest: dict[int, int], old: dict[int, int], quiet: float) -> None:
-        """Updates of a departed member that this node holds above the controller's watermark for it,
-        stuck for two beats: the master lacks them (the member left before re-sending what died on
-        its way up, e.g. at a relay's full queue in MESH mode) and nobody else will send them. Send
-        them from the replay ring straight to the controller, which accepts a departed member's
-        updates from any member while it retires it, applies what it lacks once and relays it on
-        (whoever has it drops the copy). The controller gives up a departed member's gaps only
-        later (``ControllerMachine``), so what a live replica holds reaches the master first."""
-        if self.mesh is None:
+    # ------------------------------------------------------------------ received updates
+    def on_update(self, msg: Message) -> None:
+        """An UPDATE or UPDATES from a member (authenticated): its fresh rows relayed and applied."""
+        if self.view.state is NodeState.JOINING:
             return
-        for origin in self.seen.origins():
-            if origin == self.node_id or origin in self.mesh:
-                continue
-            mark = latest.get(origin)
-            if mark is None and origin in self._departed_at:  # the controller never heard from it
-                mark = 0
-            if mark is None or mark != old.get(origin, 0):  # pruned already, or still moving
-                continue
-            top = self.seen.top_of(origin)
-            if top <= mark or self._now - self._last_departed_resend.get(origin, -1e18) <= quiet:
-                continue
-            self._last_departed_resend[origin] = self._now
-            again = self.replay.own(origin, mark, top)
-            items = [({"origin": origin, "seq": seq, **fields}, payload) for seq, payload, fields in again]
-            for group in groups(items):
-                self._emit(Send(CONTROLLER_ID, batch_message(group, self.node_id), count=len(group)))
-            self.counters_.add("departed_resent", len(again))
-        forgotten = [o for o in self._last_departed_resend if o not in latest and o not in self._departed_at]
-        for origin in forgotten:  # the controller forgot it: so do we
-            del self._last_departed_resend[origin]
+        fresh = self._fresh_updates(msg)
+        if fresh:
+            self._take(fresh, msg.src)
 
-    def _take(self, fresh: list[tuple[dict, Any, np.ndarray]], came_from: int) -> None:
+    def _take(self, fresh: Fresh, came_from: int) -> None:
         """Relay and apply (or, while downloading, hold) updates seen for the first time."""
         self._relay([(f, b) for f, b, _ in fresh], came_from=came_from)
-        if self.state is NodeState.SYNCING:
+        if self.view.state is NodeState.SYNCING:
             for fields, _, payload in fresh:
                 if not self.replay.hold(fields["origin"], fields["seq"], payload, fields):
-                    self.counters_.add("updates_dropped_backpressure")
+                    self.view.counters.add("updates_dropped_backpressure")
             return
         if self._apply_many is not None and len(fresh) > 1:
             self._apply_batch(fresh)
@@ -127,75 +168,87 @@ class UpdatePath:
             if self._apply_counted(payload, fields):
                 self.replay.remember(fields["origin"], fields["seq"], payload, fields)
 
-    def _fresh_updates(self, msg: Message) -> list[tuple[dict, Any, np.ndarray]]:
-        """The rows of an UPDATE(S) as ``(fields, buffer, payload)`` that fit this model and arrive for
-        the first time; a bad row is a counted rejection, a repeat a counted duplicate, and a row of an
-        origin our mesh view does not explain yet waits for a newer MESH (see node_guard.py)."""
+    def _fresh_updates(self, msg: Message) -> Fresh:
+        """The rows of an UPDATE(S) that fit this model and arrive for the first time; a bad row is a
+        counted rejection, a repeat a counted duplicate, and a row of an origin our mesh view does not
+        explain yet waits for a newer MESH (see node_guard.py)."""
+        view = self.view
         fresh = []
         for fields, buffer in unbatch(msg):
             try:
-                payload = self._fits(fields, buffer)
-                if fields["origin"] == self.node_id and self.seen.seen(self.node_id, fields["seq"]):
+                payload = check_row(fields, buffer, self.seen, view.params.size, view.config.max_tau)
+                if fields["origin"] == view.node_id and self.seen.seen(view.node_id, fields["seq"]):
                     # our own update back from the controller's relay of a re-send: a duplicate; an own
                     # seq we never sent is forged (it would be applied twice) and refused below
                     self._first_time(fields)
                     continue
                 if not self._origin_ok(fields["origin"], msg.src):
-                    if fields["origin"] != self.node_id and self._stale.hold(
-                        self._now, (fields, buffer, payload, msg.src, self.mesh.version)
+                    if fields["origin"] != view.node_id and self._stale.hold(
+                        view.now, (fields, buffer, payload, msg.src, view.mesh.version)
                     ):
-                        self.counters_.add("held_stale_mesh")
+                        view.counters.add("held_stale_mesh")
                         continue
                     raise FrameRejectedError("bad_origin", f"update of origin {fields['origin']} from "
                                              f"{msg.src}: not a member it may relay")
             except FrameRejectedError as exc:
-                self._reject(exc.reason, exc.detail)
+                view.reject(exc.reason, exc.detail)
                 continue
             if self._first_time(fields):
                 fresh.append((fields, buffer, payload))
         return fresh
 
-    def _fits(self, fields: dict, buffer: Any) -> np.ndarray:
-        return check_row(fields, buffer, self.seen, self.params.size, self.config.max_tau)
-
     def _first_time(self, fields: dict) -> bool:
-        return first_arrival(fields, self.seen, self.counters_)
+        return first_arrival(fields, self.seen, self.view.counters)
 
     def _origin_ok(self, origin: int, came_from: int) -> bool:
-        return origin_allowed(self.mesh, self.node_id, origin, came_from,
-                              self._recent_origins | self._ctrl_origins)
+        view = self.view
+        return origin_allowed(view.mesh, view.node_id, origin, came_from, view.allowed_departed())
 
-    def _release_held(self) -> None:
-        """A newer view arrived (or time passed): handle what it explains, refuse what waited too long."""
-        wait = patience_s(self.config.heartbeat_s)
-        if len(self._unknown):
-            ready, expired = self._unknown.release(
-                self._now, wait, lambda e: self._routes.sender(e.routing_id) is not None)
-            for event in expired:
-                self._reject("bad_sender", f"{event.message.op} claiming node {event.message.src} from a "
-                             f"connection never announced within {wait:.1f} s")
-            for event in ready:
-                self._on_received(event, held=True)
-        if len(self._stale) and self.mesh is not None:
-            version = self.mesh.version
-            ready, expired = self._stale.release(
-                self._now, wait, lambda r: r[4] < version and self._origin_ok(r[0]["origin"], r[3]))
-            for fields, _, _, came_from, _ in expired:
-                self._reject("bad_origin", f"update of origin {fields['origin']} from {came_from}: not a "
-                             f"member it may relay (held {wait:.1f} s for a newer mesh)")
-            for fields, buffer, payload, came_from, _ in ready:
-                if self.state is not NodeState.JOINING and self._first_time(fields):
-                    self._take([(fields, buffer, payload)], came_from)
+    def release_stale(self) -> None:
+        """A newer view arrived (or time passed): take the held rows it explains, refuse the ones
+        that waited too long."""
+        view = self.view
+        if not len(self._stale) or view.mesh is None:
+            return
+        wait = patience_s(view.config.heartbeat_s)
+        version = view.mesh.version
+        ready, expired = self._stale.release(
+            view.now, wait, lambda r: r[4] < version and self._origin_ok(r[0]["origin"], r[3]))
+        for fields, _, _, came_from, _ in expired:
+            view.reject("bad_origin", f"update of origin {fields['origin']} from {came_from}: not a "
+                        f"member it may relay (held {wait:.1f} s for a newer mesh)")
+        for fields, buffer, payload, came_from, _ in ready:
+            if view.state is not NodeState.JOINING and self._first_time(fields):
+                self._take([(fields, buffer, payload)], came_from)
 
-    def _apply_batch(self, fresh: list[tuple[dict, Any, np.ndarray]]) -> None:
+    # ------------------------------------------------------------------ applying
+    def rebase(self, watermark: dict[int, int], extra: dict[int, list[int]]) -> tuple[int, list[int]]:
+        """The master copy (including ``watermark`` and ``extra``) was just installed: replay the updates
+        applied here that it lacks, apply those held during the download that it lacks, and deduplicate
+        from now on against it. Returns (how many were replayed, origins the ring was too short for)."""
+        extra_sets = {o: set(s) for o, s in extra.items()}
+        replayed = 0
+        incomplete = self.replay.incomplete(watermark)
+        seen = restore(self.view.config.dedup_window, watermark, extra)
+        for origin, seq, payload, fields in self.replay.missing_from(watermark, extra_sets):
+            self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
+            seen.first_time(origin, seq)
+            replayed += 1
+        for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
+            if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
+                self.replay.remember(origin, seq, payload, fields)
+        self.seen = seen
+        return replayed, incomplete
+
+    def _apply_batch(self, fresh: Fresh) -> None:
         """Several updates through the ``apply_many`` hook, counted like one by one."""
         results = self._apply_many([p for _, _, p in fresh], [f for f, _, _ in fresh])
         for (fields, _, payload), error in zip(fresh, results, strict=True):
             if error is not None:
-                self._reject("bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {error}")
+                self.view.reject("bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {error}")
                 continue
-            self.counters_.applied(fields["origin"])
-            self.last_applied_now = self._now
+            self.view.counters.applied(fields["origin"])
+            self.last_applied_now = self.view.now
             self.replay.remember(fields["origin"], fields["seq"], payload, fields)
 
     def _apply_counted(self, payload: np.ndarray, fields: dict) -> bool:
@@ -203,14 +256,14 @@ class UpdatePath:
         try:
             self._apply_update(payload, fields)
         except FrameRejectedError as exc:
-            self._reject(exc.reason, exc.detail)
+            self.view.reject(exc.reason, exc.detail)
             return False
-        self.counters_.applied(fields["origin"])
-        self.last_applied_now = self._now
+        self.view.counters.applied(fields["origin"])
+        self.last_applied_now = self.view.now
         return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
-        apply_once(payload, header, hook=self._apply_hook, params=self.params)
+        apply_once(payload, header, hook=self._apply_hook, params=self.view.params)
 
     def apply_local(self, payload: np.ndarray) -> None:
         """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
@@ -218,6 +271,4 @@ class UpdatePath:
         if self._apply_hook is not None:  # the live parameters are behind the hook
             self._apply_hook(payload, {})
             return
-        encoding.decode(payload, self.params)
-
-    _decode_local = apply_local  # (the name the simulation adapters use)
+        encoding.decode(payload, self.view.params)

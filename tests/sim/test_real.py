@@ -38,7 +38,7 @@ KNOWN_BUGS: dict[int, str] = {}
 # that then departed (evicted after a freeze, crashed, left), that reached some replicas through the mesh
 # but never the master (seed 400041: n3, n4 and n7 held two of n5's first updates; the master never heard
 # from that id), stayed in those replicas for good. Now a node re-sends a departed member's updates it
-# holds above the controller's watermark (NodeMachine._resend_departed), before the controller gives up
+# holds above the controller's watermark (server/node_repairs.py), before the controller gives up
 # the gaps. Seeds 400004, 400015, 400041 stay in test_mesh_seeds as regression seeds.
 # Seed 400922 (loss, a partition, two freezes), fixed too: one replica lacked an update of a departed
 # member that another member re-sent to the master after its gaps were given up (in MESH mode a relay

@@ -111,7 +111,7 @@ class Harness:
             self.start()
         self.add(node_id, *others)
         self.routes.update({n: rid(n).hex() for n in others})
-        token = self.machine._token
+        token = self.machine.timers.token
         reply = Message(Op.JOIN_REPLY, {"node_id": node_id, "mesh": self.mesh.to_dict(), "restart": False,
                                         "heartbeat_s": 1.0, "missed_beats": 3, "token": token,
                                         "routes": dict(self.routes)}, src=0)
@@ -562,13 +562,13 @@ def test_a_mesh_naming_a_bad_address_changes_nothing():
     h = Harness("mesh", fan_out=2)
     h.join(1, others=(2,))
     h.catch_up()
-    version, routes = h.machine.mesh.version, dict(h.machine._routes.current)
+    version, routes = h.machine.mesh.version, dict(h.machine.view.routes.current)
     h.mesh.add_node(3, "not an address")  # node 3 becomes node 1's child
     h.routes[3] = rid(3).hex()
     actions = h.from_ctrl(Message(Op.MESH, {"mesh": h.mesh.to_dict(), "version": h.mesh.version,
                                             "routes": dict(h.routes)}, src=0))
     assert actions == [] and h.rejected("bad_field") == 1
-    assert h.machine.mesh.version == version and h.machine._routes.current == routes
+    assert h.machine.mesh.version == version and h.machine.view.routes.current == routes
 
 
 def test_an_update_of_a_ragged_length_is_a_counted_rejection():

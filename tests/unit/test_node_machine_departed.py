@@ -1,5 +1,5 @@
 """A departed member's updates that reached this node but never the master (MESH): the node re-sends
-them to the controller (NodeMachine._resend_departed), driven by events only like test_node_machine.py."""
+them to the controller (server/node_repairs.py), driven by events only like test_node_machine.py."""
 
 from __future__ import annotations
 
