@@ -6,11 +6,14 @@ both masters implement it, so a new training scheme is one class that does too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from psrv.nn.protocol import TrainableNetwork
+from psrv.spark.data.export import ExportCache, files_backed
+from psrv.spark.driver.partitioning import repartition_rdd
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -74,4 +77,20 @@ def driver_event(kind: str, start: float, end: float, **fields: Any) -> dict[str
     return {"worker": "driver", "partition": -1, "kind": kind, "start": start, "end": end, **fields}
 
 
-__all__ = ["TrainingMaster", "driver_event"]
+def epoch_input(master: TrainingMaster, spark_context: SparkContext, rdd: RDD, exports: ExportCache,
+                export_key: Any) -> tuple[list[str] | None, RDD]:
+    """An RDD's epoch as a master trains it: the repartitioned data, and with the export approach (not
+    for Parquet, which the tasks read themselves) its minibatch files, reused while ``export_key`` and
+    the data are the same as last time. The paths are None when the data trains directly."""
+    workers = master.workers(spark_context)
+    data = repartition_rdd(rdd, workers, master.repartition, master.repartition_strategy)
+    if master.rdd_training_approach != "export" or files_backed(rdd):
+        return None, data
+    started = time.time()
+    paths = exports.minibatch_paths(rdd, data, master.batch_size_per_worker, master.export_directory,
+                                    export_key)
+    master.record_driver_event("export", started, time.time(), minibatches=len(paths))
+    return paths, data
+
+
+__all__ = ["TrainingMaster", "driver_event", "epoch_input"]

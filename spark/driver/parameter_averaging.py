@@ -19,9 +19,9 @@ import numpy as np
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.batching import check_batch_size, rebatch
-from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
-from psrv.spark.driver.master import driver_event
-from psrv.spark.driver.partitioning import parse_repartition, parse_strategy, repartition_rdd
+from psrv.spark.data.export import ExportCache, check_training_approach
+from psrv.spark.driver.master import driver_event, epoch_input
+from psrv.spark.driver.partitioning import parse_repartition, parse_strategy
 from psrv.spark.errors import SparkInputError
 from psrv.spark.observe.metrics import check_loggers, publish_round
 from psrv.spark.observe.worker_logs import relay_worker_logs
@@ -96,14 +96,9 @@ class ParameterAveragingTrainingMaster:
 
     def execute_training(self, spark_context: SparkContext, network: TrainableNetwork, rdd: RDD) -> None:
         """One epoch over an RDD of DataSets (any sizes: they are re-batched)."""
-        workers = self.workers(spark_context)
-        data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
-        if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
-            started = time.time()
-            paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
-                                                  self.export_directory,
-                                                  (self.repartition, self.repartition_strategy))
-            self.record_driver_event("export", started, time.time(), minibatches=len(paths))
+        paths, data = epoch_input(self, spark_context, rdd, self._exports,
+                                  (self.repartition, self.repartition_strategy))
+        if paths is not None:
             self._train_paths(spark_context, network, paths, FileDataSetLoader())
         else:
             self._train_direct(spark_context, network, data)

@@ -27,9 +27,9 @@ from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import check_batch_size, rebatch
-from psrv.spark.data.export import ExportCache, check_training_approach, files_backed
+from psrv.spark.data.export import ExportCache, check_training_approach
 from psrv.spark.driver.live_controller import LiveController, start_controller
-from psrv.spark.driver.master import driver_event
+from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
 from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
@@ -127,14 +127,8 @@ class SharedTrainingMaster:
 
     # -- entry points ------------------------------------------------------------------------------
     def execute_training(self, spark_context: SparkContext, network: TrainableNetwork, rdd: RDD) -> None:
-        workers = self.workers(spark_context)
-        data = repartition_rdd(rdd, workers, self.repartition, self.repartition_strategy)
-        if self.rdd_training_approach == "export" and not files_backed(rdd):  # Parquet: read in the tasks
-            started = time.time()
-            paths = self._exports.minibatch_paths(rdd, data, self.batch_size_per_worker,
-                                                  self.export_directory,
-                                                  self.repartition)  # reused when this data was exported
-            self.record_driver_event("export", started, time.time(), minibatches=len(paths))
+        paths, data = epoch_input(self, spark_context, rdd, self._exports, self.repartition)
+        if paths is not None:
             self.train_epoch_on_paths(spark_context, network, paths, FileDataSetLoader())
         else:
             self.train_epoch_on_partitions(spark_context, network, data)
