@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from psrv.encoding.codec import (
         MessageInfo,
         decode,
+        decode_validated,
         encode,
         encode_counted,
         float32_threshold,
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str]] = {
     "preload_kernels": ("psrv.encoding._kernels", "load_all"),
     **{name: ("psrv.encoding.codec", name) for name in (
-        "MessageInfo", "decode", "encode", "encode_counted", "float32_threshold", "message_info",
-        "sparse_message",
+        "MessageInfo", "decode", "decode_validated", "encode", "encode_counted", "float32_threshold",
+        "message_info", "sparse_message",
     )},
     **{name: ("psrv.encoding.postprocess", name) for name in (
         "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",
@@ -89,6 +90,7 @@ __all__ = [
     "ResidualEncoder",
     "TargetSparsityThreshold",
     "decode",
+    "decode_validated",
     "encode",
     "encode_counted",
     "encoding_stats",

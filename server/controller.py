@@ -18,7 +18,7 @@ from psrv.server.controller_machine import ControllerMachine
 from psrv.server.identity import new_session
 from psrv.server.locked import LockedMachine
 from psrv.server.mesh import CONTROLLER_ID
-from psrv.server.update_intake import ApplyHook
+from psrv.server.outside_params import ApplyHook, OutsideParams
 from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
@@ -54,7 +54,7 @@ class Controller:
             config,
             self.params,
             updater_state=updater_state,
-            apply=apply,
+            params_outside=apply is not None,
             session=self.session,
             counters=self.counters_,
             wall_clock=time.time,
@@ -63,7 +63,9 @@ class Controller:
         self.machine.status_counters = self.counters
         self._loop = Loop(
             config,
-            LockedMachine(self.machine, self.lock),  # every handle under the lock its callers hold
+            # every handle under the lock its callers hold; with an ``apply`` hook, its Apply actions too
+            LockedMachine(self.machine, self.lock, under_lock=None if apply is None
+                          else OutsideParams(apply, self.counters_, self.log).carry_out),
             role=self.role,
             counters=self.counters_,
             params_nbytes=self.params.nbytes,

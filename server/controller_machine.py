@@ -19,7 +19,7 @@ Construction (everything it touches is injected; the simulation passes plain obj
         config,                 # TransportConfig (heartbeat_s, missed_beats, max_nodes, ...)
         params,                 # the master copy: a writeable 1-D float array, updated in place
         updater_state=None,     # optional array served with params to nodes that ask for it
-        apply=None,             # optional hook(payload, header) applying an update instead of decode
+        params_outside=False,   # True: updates leave as Apply actions instead of decoded into params
         session=b"...",         # 16 bytes: key of the routing ids this controller presents
         counters=None,          # a transport Counters (shared with the I/O loop); default a new one
         wall_clock=None,        # () -> seconds since the epoch, for display fields only (default 0.0)
@@ -49,7 +49,6 @@ from psrv.server.liveness import BeatTimer, FreezeGuard, Members, controller_bea
 from psrv.server.master_copy import MasterCopy
 from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.server.params_server import ParamsServer
-from psrv.server.update_intake import ApplyHook
 from psrv.server.updates import batch_message, groups
 from psrv.transport.codec import PackedDict
 from psrv.transport.config import TransportConfig
@@ -93,7 +92,7 @@ class ControllerMachine:
         params: np.ndarray,
         *,
         updater_state: np.ndarray | None = None,
-        apply: ApplyHook | None = None,
+        params_outside: bool = False,
         session: bytes = b"\x00" * 16,
         counters: Counters | None = None,
         wall_clock: Callable[[], float] | None = None,
@@ -101,8 +100,8 @@ class ControllerMachine:
         log: logging.Logger | None = None,
     ) -> None:
         self.config = config
-        self.master = MasterCopy(config, params, updater_state=updater_state, apply=apply, counters=counters,
-                                 wall_clock=wall_clock)
+        self.master = MasterCopy(config, params, updater_state=updater_state, params_outside=params_outside,
+                                 counters=counters, wall_clock=wall_clock)
         self.session = session
         self.counters = self.master.counters
         self.wall_clock = self.master.wall_clock
@@ -299,8 +298,9 @@ class ControllerMachine:
         fresh = self.master.fresh_updates(msg, self._origin_allowed, self._reject)
         if fresh:
             self._relay([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
-        for fields, _, payload in fresh:
-            self.master.apply(payload, fields, self._reject)
+        applied = self.master.apply(fresh)
+        if applied is not None:
+            self._out.append(applied)
         for origin in self._departed_members.reopened(f["origin"] for f, _, _ in fresh):
             self._close_gaps(origin)  # re-sent after its gaps were given up
 

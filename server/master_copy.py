@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 from psrv.server.dedup import SeenUpdates
 from psrv.server.downloads import MasterSnapshot
-from psrv.server.update_intake import ApplyHook, apply_once, check_row, first_arrival
+from psrv.server.update_intake import apply_checked, check_row, first_arrival
 from psrv.server.updates import unbatch
 from psrv.server.warmup import params_checksum
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
 from psrv.transport.errors import FrameRejectedError
+from psrv.transport.events import Apply
 from psrv.transport.messages import Message
 
 __all__ = ["MasterCopy", "Reject"]
@@ -23,8 +24,9 @@ Reject = Callable[[str, str], None]
 
 class MasterCopy:
     """The parameters (updated in place; the facade holds its lock around every event), the optional
-    updater state, and ``seen``, the exactly-once filter of what was applied. ``apply``: a hook
-    applying one update instead of decoding it into ``params`` (the live parameters are elsewhere)."""
+    updater state, and ``seen``, the exactly-once filter of what was applied. ``params_outside``:
+    the updates are handed out as ``Apply`` actions instead of decoded into ``params`` (the live
+    parameters are elsewhere, or a simulation records each one)."""
 
     def __init__(
         self,
@@ -32,7 +34,7 @@ class MasterCopy:
         params: np.ndarray,
         *,
         updater_state: np.ndarray | None,
-        apply: ApplyHook | None,
+        params_outside: bool,
         counters: Counters | None,
         wall_clock: Callable[[], float] | None,
     ) -> None:
@@ -42,7 +44,7 @@ class MasterCopy:
         self.counters = counters if counters is not None else Counters()
         self.wall_clock = wall_clock or (lambda: 0.0)
         self.seen = SeenUpdates(config.dedup_window)
-        self._apply_hook = apply
+        self.params_outside = params_outside
 
     def fresh_updates(
         self, msg: Message, origin_allowed: Callable[[int, int], bool], reject: Reject
@@ -65,16 +67,19 @@ class MasterCopy:
                 fresh.append((fields, buffer, payload))
         return fresh
 
-    def apply(self, payload: np.ndarray, fields: dict, reject: Reject) -> bool:
-        """Apply one update and count it; one that does not decode is refused (params untouched)."""
-        try:
-            apply_once(payload, fields, hook=self._apply_hook, params=self.params)
-        except FrameRejectedError as exc:
-            reject(exc.reason, exc.detail)
-            return False
-        self.counters.applied(fields["origin"])
+    def apply(self, fresh: list[tuple[dict, Any, np.ndarray]]) -> Apply | None:
+        """Apply the rows ``fresh_updates`` let through and count them: decoded into ``params``, or
+        (``params_outside``) the ``Apply`` action that carries them out."""
+        if not fresh:
+            return None
+        for fields, _, payload in fresh:
+            if not self.params_outside:
+                apply_checked(payload, self.params)
+            self.counters.applied(fields["origin"])
         self.counters.gauges["last_applied_at"] = self.wall_clock()  # when the last update arrived
-        return True
+        if self.params_outside:
+            return Apply(tuple(p for _, _, p in fresh), tuple(f for f, _, _ in fresh))
+        return None
 
     def snapshot(self, version: int, want_updater: bool, members: dict[int, int]) -> MasterSnapshot:
         """A read-only copy with the exact set of updates it holds; ``members``: id -> dropped so far."""

@@ -9,7 +9,9 @@ arrives is relayed onward (never back where it came from) and applied once into 
 The protocol is ``NodeMachine`` (server/node_machine.py, no sockets, threads, clocks or locks); this
 class runs it in one I/O loop (transport/loop.py) and gives the caller's thread its API. The lock
 lives here: every ``handle`` of the machine, on either thread, runs under ``node.lock``, and the
-actions meant for the facade (``ReleaseSlots``, ``Notify``) are carried out here. Submits: the
+actions meant for the facade are carried out here: ``Apply``/``Install`` under the same lock right
+after the ``handle`` that emitted them (only when the live parameters are behind the ``apply`` hook,
+see server/outside_params.py), ``ReleaseSlots`` and ``Notify`` after it. Submits: the
 caller's thread checks the update, takes a slot of the submit queue (``submit_queue_messages``;
 released when the frames reached every neighbour's socket), applies it (``apply_locally``) and
 hands the machine a ``Submit`` (it numbers and remembers it, gathered), all under ``node.lock``,
@@ -33,10 +35,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import psrv.encoding as encoding
+from psrv.encoding.errors import MalformedMessageError
 from psrv.server.locked import LockedMachine
-from psrv.server.node_machine import ApplyHook, ApplyManyHook, NodeMachine, NodeState
+from psrv.server.node_machine import NodeMachine, NodeState
 from psrv.server.node_state import SlotToken
+from psrv.server.outside_params import ApplyHook, ApplyManyHook, OutsideParams
 from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
+from psrv.server.update_intake import apply_checked
 from psrv.server.updates import check_payload
 from psrv.server.warmup import check_params, params_checksum, warm_up_decode
 from psrv.transport.config import TransportConfig
@@ -91,11 +97,14 @@ class Node:
         self._slots = threading.BoundedSemaphore(config.submit_queue_messages)
         self._changed = threading.Condition()  # the machine caught up, was acknowledged, or stopped
         self.machine = NodeMachine(
-            config, self.params, controller_address, random_bytes=os.urandom, apply=apply,
-            apply_many=apply_many, installed=installed, want_updater_state=want_updater_state,
-            counters=self.counters_,
+            config, self.params, controller_address, random_bytes=os.urandom,
+            params_outside=apply is not None, want_updater_state=want_updater_state, counters=self.counters_,
         )
-        self._driven = LockedMachine(self.machine, self.lock, self._carry_out)  # what the loop drives
+        self._outside = None if apply is None else OutsideParams(
+            apply, self.counters_, self.machine.view.log, apply_many=apply_many, installed=installed)
+        # what the loop drives: Apply/Install under the lock, then the slots and the waiters
+        self._driven = LockedMachine(self.machine, self.lock, self._carry_out,
+                                     None if self._outside is None else self._outside.carry_out)
         self._loop: Any = None
 
     def _carry_out(self, actions: list[Action]) -> list[Action]:
@@ -228,8 +237,11 @@ class Node:
             raise NotRunningError("node is not running (call start() first)")
         try:
             payload, info = check_payload(message, self.params.size, "submitted update", self.config.max_tau)
+            encoding.message_info(payload)  # the body too: replays apply it without checking again
         except FrameRejectedError as exc:
             raise InvalidUpdateError(exc.detail) from None
+        except MalformedMessageError as exc:
+            raise InvalidUpdateError(f"submitted update: {exc}") from None
         fields = {"iteration": int(iteration), "epoch": int(epoch), "tau": float(info.tau),
                   "encoding": info.form}
         if not self._slots.acquire(timeout=self.config.submit_timeout_s):
@@ -240,7 +252,7 @@ class Node:
         with self.lock:
             if apply_locally:
                 try:
-                    self.machine.apply_local(payload)
+                    self._apply_own(payload)
                 except Exception as exc:
                     self._slots.release()
                     raise InvalidUpdateError(f"submitted update could not be applied: {exc}") from exc
@@ -250,6 +262,13 @@ class Node:
         if seq:
             self._loop.post(SendSubmitted())
         return seq
+
+    def _apply_own(self, payload: np.ndarray) -> None:
+        """``submit(apply_locally=True)``: the own update into the live parameters (under the lock)."""
+        if self._apply_hook is not None:  # the live parameters are behind the hook
+            self._apply_hook(payload, {})
+        else:
+            apply_checked(payload, self.params)
 
     def wait_acknowledged(self, timeout_s: float) -> bool:
         """Wait until the controller holds every update this node has submitted.

@@ -28,7 +28,7 @@ from psrv.server.replay import ReplayLog
 from psrv.server.replica import ReplicaCheck, compare, covers, expected_replica
 from psrv.transport.codec import as_buffer
 from psrv.transport.errors import FrameRejectedError, JoinError
-from psrv.transport.events import Notify, Ready
+from psrv.transport.events import Install, Notify, Ready
 from psrv.transport.messages import Message, Op
 
 DOWNLOAD_RETRY_MIN_S = 2.0  # a download with no progress for this long (or 4 beats) is asked for again
@@ -162,11 +162,9 @@ class SyncPath:
         self,
         view: NodeView,
         updates: UpdatePath,
-        installed: Callable[[np.ndarray], None] | None,
         want_updater_state: bool,
     ) -> None:
         self.view, self.updates = view, updates
-        self._installed = installed
         self.want_updater_state = want_updater_state
         self.updater_state: np.ndarray | None = None
         self.download = PendingDownload(view.config.catchup_timeout_s)
@@ -193,8 +191,8 @@ class SyncPath:
         snap = parse_snapshot(msg, view.params.size)
         view.ctrl_origins = set(snap.watermark)
         np.copyto(view.params, snap.master, casting="same_kind")
-        if self._installed is not None:
-            self._installed(view.params)
+        if self.updates.params_outside:
+            view.emit(Install(view.params))  # before the replays rebase emits
         if snap.updater is not None:
             self.updater_state = snap.updater
         replayed, incomplete = self.updates.rebase(snap.watermark, snap.extra)

@@ -21,15 +21,17 @@ Construct::
 
     NodeMachine(config, params, controller_address, random_bytes=rng.randbytes)
 
-optional: ``apply(payload, header)`` / ``apply_many(payloads, headers)`` (the live parameters are
-elsewhere, e.g. on a GPU), ``installed(params)`` (after each download), ``want_updater_state``,
-``counters`` (shared with the driver). The machine holds no lock and is entered by one thread at a
-time: the facade (server/node.py) holds its lock around every ``handle``, so ``params`` and the
-replay ring never change under a caller that holds it. Besides the loop's actions it returns
-``ReleaseSlots(n)`` (submit-queue slots to give back; the slots of an own update sent to peers are
-given back by its ``Send.token`` once the frames reached every target socket, bound by the facade)
-and ``Notify(what)`` ("ready" once caught up, "acknowledged" when the controller's watermark of our
-updates moved, "stopped"): the facade carries those out.
+optional: ``params_outside=True`` (the live parameters are elsewhere, e.g. on a GPU, or a simulation
+records each apply: received and replayed updates leave as ``Apply`` actions and each download as
+``Install(params)``, carried out by the driver under its lock before the handle's other actions;
+``params`` is then only the download target), ``want_updater_state``, ``counters`` (shared with the
+driver). The machine holds no lock and is entered by one thread at a time: the facade
+(server/node.py) holds its lock around every ``handle``, so ``params`` and the replay ring never
+change under a caller that holds it. Besides the loop's actions it returns ``ReleaseSlots(n)``
+(submit-queue slots to give back; the slots of an own update sent to peers are given back by its
+``Send.token`` once the frames reached every target socket, bound by the facade) and ``Notify(what)``
+("ready" once caught up, "acknowledged" when the controller's watermark of our updates moved,
+"stopped"): the facade carries those out.
 
 Lifecycle: ``Started(address)`` draws a session (16 random bytes, sent in JOIN; each connection to
 member ``m`` presents ``link_id(session, m)``, server/identity.py), opens the connection to the
@@ -65,7 +67,7 @@ from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
 from psrv.server.node_catchup import SyncPath
 from psrv.server.node_guard import HeldQueue, check_addresses, mesh_of, patience_s
 from psrv.server.node_repairs import BeatRepairs
-from psrv.server.node_state import ApplyHook, ApplyManyHook, NodeState, SlotToken
+from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_timers import Timers
 from psrv.server.node_updates import UpdatePath
 from psrv.server.node_view import NodeView
@@ -113,16 +115,14 @@ class NodeMachine:
         controller_address: str,
         *,
         random_bytes: Callable[[int], bytes],
-        apply: ApplyHook | None = None,
-        apply_many: ApplyManyHook | None = None,
-        installed: Callable[[np.ndarray], None] | None = None,
+        params_outside: bool = False,
         want_updater_state: bool = False,
         counters: Counters | None = None,
     ) -> None:
         self.counters_ = counters if counters is not None else Counters()
         self.view = view = NodeView(config, params, controller_address, self.counters_)
-        self.updates = UpdatePath(view, apply, apply_many)
-        self.sync = SyncPath(view, self.updates, installed, want_updater_state)
+        self.updates = UpdatePath(view, params_outside)
+        self.sync = SyncPath(view, self.updates, want_updater_state)
         self.timers = Timers(view, random_bytes)
         self.repairs = BeatRepairs(view, self.updates, self.sync)
         self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
@@ -199,11 +199,6 @@ class NodeMachine:
         view.emit(Notify("stopped"))
 
     # ------------------------------------------------------------------ the task thread's requests
-    def apply_local(self, payload: np.ndarray) -> None:
-        """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
-        holds the facade's lock), through the ``apply`` hook when the parameters live behind it."""
-        self.updates.apply_local(payload)
-
     def all_acknowledged(self) -> bool:
         """Does the controller hold every update this node submitted (as its last beat said)?"""
         updates = self.updates
@@ -452,4 +447,4 @@ _HANDLERS: dict[Op, Callable[[NodeMachine, Message, bytes | None], None]] = {
     Op.SHUTDOWN: NodeMachine.on_shutdown,
 }
 
-__all__ = ["ApplyHook", "ApplyManyHook", "NodeMachine", "NodeState", "SlotToken"]
+__all__ = ["NodeMachine", "NodeState", "SlotToken"]

@@ -1,16 +1,9 @@
-"""Small shared pieces of the node machine: its states, its apply hooks and the submit-slot token."""
+"""Small shared pieces of the node machine: its states and the submit-slot token."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-
-import numpy as np
-
-#: ``apply(payload, header)``: applies one update where the live parameters are (e.g. on a GPU)
-ApplyHook = Callable[[np.ndarray, dict], None]
-#: ``apply_many(payloads, headers) -> [None | the exception that rejected that update]``
-ApplyManyHook = Callable[[list[np.ndarray], list[dict]], list[Exception | None]]
 
 
 class NodeState(StrEnum):
@@ -43,4 +36,4 @@ class SlotToken:
         return True
 
 
-__all__ = ["ApplyHook", "ApplyManyHook", "NodeState", "SlotToken"]
+__all__ = ["NodeState", "SlotToken"]

@@ -3,8 +3,9 @@ relayed (never back where they came from) and applied once, and the rows held fo
 
 ``UpdatePath`` owns what only it changes: the own numbering (``seq``), the dedup state (``seen``),
 the replay ring (``replay``), the backlog submitted while (re)joining, the own updates gathered for
-one batch, the rows waiting for a newer view, and the apply hooks. It reads the node's shared view
-(server/node_view.py) and emits its actions there.
+one batch and the rows waiting for a newer view. It reads the node's shared view (server/node_view.py)
+and emits its actions there: with ``params_outside`` every apply is an ``Apply`` action (the facade
+carries it out where the live parameters are), else updates are decoded into the view's ``params``.
 """
 
 from __future__ import annotations
@@ -12,18 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import psrv.encoding as encoding
 from psrv.server.dedup import SeenUpdates
 from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.node_guard import HeldQueue, origin_allowed, patience_s
-from psrv.server.node_state import ApplyHook, ApplyManyHook, NodeState, SlotToken
+from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_view import NodeView
 from psrv.server.replay import ReplayLog
 from psrv.server.seen import restore
-from psrv.server.update_intake import apply_once, check_row, first_arrival
+from psrv.server.update_intake import apply_checked, check_row, first_arrival
 from psrv.server.updates import batch_message, groups, unbatch
 from psrv.transport.errors import FrameRejectedError
-from psrv.transport.events import ReleaseSlots, Send, Submit
+from psrv.transport.events import Apply, ReleaseSlots, Send, Submit
 from psrv.transport.messages import Message
 
 __all__ = ["UpdatePath"]
@@ -34,9 +34,9 @@ Fresh = list[tuple[dict, Any, np.ndarray]]  # (fields, buffer, payload) rows see
 class UpdatePath:
     """Own updates out, received updates in; see the module docstring."""
 
-    def __init__(self, view: NodeView, apply: ApplyHook | None, apply_many: ApplyManyHook | None) -> None:
+    def __init__(self, view: NodeView, params_outside: bool) -> None:
         self.view = view
-        self._apply_hook, self._apply_many = apply, apply_many
+        self.params_outside = params_outside
         config = view.config
         self.seen = SeenUpdates(config.dedup_window)
         self.replay = ReplayLog(config.replay_ring_messages, config.replay_ring_bytes)
@@ -161,12 +161,7 @@ class UpdatePath:
                 if not self.replay.hold(fields["origin"], fields["seq"], payload, fields):
                     self.view.counters.add("updates_dropped_backpressure")
             return
-        if self._apply_many is not None and len(fresh) > 1:
-            self._apply_batch(fresh)
-            return
-        for fields, _, payload in fresh:
-            if self._apply_counted(payload, fields):
-                self.replay.remember(fields["origin"], fields["seq"], payload, fields)
+        self._apply_fresh([(fields, payload) for fields, _, payload in fresh])
 
     def _fresh_updates(self, msg: Message) -> Fresh:
         """The rows of an UPDATE(S) that fit this model and arrive for the first time; a bad row is a
@@ -234,41 +229,34 @@ class UpdatePath:
             self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
             seen.first_time(origin, seq)
             replayed += 1
-        for origin, seq, payload, fields in self.replay.take_held():  # arrived during the download
-            if seen.first_time(origin, seq) and self._apply_counted(payload, fields):
-                self.replay.remember(origin, seq, payload, fields)
+        held = [(fields, payload) for origin, seq, payload, fields in self.replay.take_held()  # (download)
+                if seen.first_time(origin, seq)]
+        self._apply_fresh(held)
         self.seen = seen
         return replayed, incomplete
 
-    def _apply_batch(self, fresh: Fresh) -> None:
-        """Several updates through the ``apply_many`` hook, counted like one by one."""
-        results = self._apply_many([p for _, _, p in fresh], [f for f, _, _ in fresh])
-        for (fields, _, payload), error in zip(fresh, results, strict=True):
-            if error is not None:
-                self.view.reject("bad_payload", f"update {fields.get('origin')}/{fields.get('seq')}: {error}")
-                continue
+    def _apply_fresh(self, rows: list[tuple[dict, np.ndarray]]) -> None:
+        """Apply received updates seen for the first time (checked whole at intake, so none fails),
+        count them and remember them for replays."""
+        if not rows:
+            return
+        if self.params_outside:
+            self.view.emit(Apply(tuple(p for _, p in rows), tuple(f for f, _ in rows)))
+        for fields, payload in rows:
+            if not self.params_outside:
+                apply_checked(payload, self.view.params)
             self.view.counters.applied(fields["origin"])
-            self.last_applied_now = self.view.now
             self.replay.remember(fields["origin"], fields["seq"], payload, fields)
-
-    def _apply_counted(self, payload: np.ndarray, fields: dict) -> bool:
-        """Apply one received update and count it; one that does not decode is a counted rejection."""
-        try:
-            self._apply_update(payload, fields)
-        except FrameRejectedError as exc:
-            self.view.reject(exc.reason, exc.detail)
-            return False
-        self.view.counters.applied(fields["origin"])
         self.last_applied_now = self.view.now
-        return True
 
     def _apply_update(self, payload: np.ndarray, header: dict) -> None:
-        apply_once(payload, header, hook=self._apply_hook, params=self.view.params)
+        """Apply one checked update (a replay) without counting it."""
+        if self.params_outside:
+            self.view.emit(Apply((payload,), (header,)))
+        else:
+            apply_checked(payload, self.view.params)
 
     def apply_local(self, payload: np.ndarray) -> None:
-        """Apply an own update to the live parameters (``submit(apply_locally=True)``; the caller
-        holds the facade's lock), through the ``apply`` hook when the parameters live behind it."""
-        if self._apply_hook is not None:  # the live parameters are behind the hook
-            self._apply_hook(payload, {})
-            return
-        encoding.decode(payload, self.view.params)
+        """Apply an own update (checked whole when it was submitted) to the live parameters: those
+        of the backlog after a catch-up, whose first local apply the download overwrote."""
+        self._apply_update(payload, {})

@@ -2,16 +2,16 @@
 
 The controller's master copy, the node, the device path (parameters on a GPU) and the simulation all
 take updates through these functions, so a row is judged the same way everywhere: a row that does not
-fit the model is a ``FrameRejectedError`` (counted by the caller), a repeat is a counted duplicate,
-and an update that does not decode leaves the parameters untouched and is refused as ``bad_payload``.
+fit the model (its header, its length or any word of its body) is a ``FrameRejectedError`` (counted by
+the caller) before it is deduplicated, relayed or applied; a repeat is a counted duplicate. What passed
+``check_row`` cannot fail to apply on the message's account: the machines either decode it into their
+own ``params`` (``apply_checked``) or hand it to their facade as an ``Apply`` action.
 Each caller keeps its own order of the membership checks around them (who may relay which origin).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -23,17 +23,16 @@ from psrv.transport.codec import as_buffer
 from psrv.transport.counters import Counters
 from psrv.transport.errors import FrameRejectedError
 
-__all__ = ["ApplyHook", "Decoder", "apply_once", "check_row", "decode_or_reject", "first_arrival"]
+__all__ = ["Decoder", "apply_checked", "check_row", "decode_or_reject", "first_arrival"]
 
-#: ``apply(payload, header)``: applies one update where the live parameters are (raises FrameRejectedError)
-ApplyHook = Callable[[np.ndarray, dict], None]
 #: ``decode(payload, target)``: adds an encoded update into ``target`` (host or device parameters)
 Decoder = Callable[[Any, Any], Any]
 
 
 def check_row(fields: dict, buffer: Any, seen: SeenUpdates, params_size: int, max_tau: float) -> np.ndarray:
-    """The row's payload as int32 words checked against a model of ``params_size`` values; raises
-    FrameRejectedError for a sequence too far ahead of what arrived or a payload that does not fit."""
+    """The row's payload as int32 words checked whole (header, length, body) against a model of
+    ``params_size`` values; raises FrameRejectedError for a sequence too far ahead of what arrived or
+    a payload that does not fit."""
     origin, seq = fields["origin"], fields["seq"]
     if seen.too_far(origin, seq):
         raise FrameRejectedError(
@@ -45,7 +44,13 @@ def check_row(fields: dict, buffer: Any, seen: SeenUpdates, params_size: int, ma
             "bad_payload", f"update {origin}/{seq}: {view.nbytes} bytes is not a whole number of int32 words"
         )
     words = np.frombuffer(view, dtype=np.int32)
-    return check_payload(words, params_size, f"update {origin}/{seq}", max_tau)[0]
+    what = f"update {origin}/{seq}"
+    payload = check_payload(words, params_size, what, max_tau)[0]
+    try:
+        encoding.message_info(payload)  # the body too: what passes here applies without a failure
+    except MalformedMessageError as exc:
+        raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
+    return payload
 
 
 def first_arrival(fields: dict, seen: SeenUpdates, counters: Counters) -> bool:
@@ -67,19 +72,7 @@ def decode_or_reject(decode: Decoder, payload: Any, target: Any, header: dict) -
         ) from None
 
 
-def apply_once(
-    payload: np.ndarray,
-    fields: dict,
-    *,
-    hook: ApplyHook | None,
-    params: np.ndarray,
-    lock: AbstractContextManager[Any] | None = None,
-) -> None:
-    """Apply an update that passed ``first_arrival``: through ``hook`` when the live parameters are
-    elsewhere, else decoded into ``params`` (under ``lock`` when given: a caller that does not hold
-    it already). Raises FrameRejectedError("bad_payload")."""
-    if hook is not None:
-        hook(payload, fields)
-        return
-    with lock if lock is not None else contextlib.nullcontext():
-        decode_or_reject(encoding.decode, payload, params, fields)
+def apply_checked(payload: np.ndarray, params: np.ndarray) -> None:
+    """Add an update that passed ``check_row`` and ``first_arrival`` into ``params`` (the caller holds
+    the facade's lock); its body is not walked a second time."""
+    encoding.decode_validated(payload, params)

@@ -28,9 +28,9 @@ from typing import Any, Protocol
 from psrv.transport.messages import Message
 
 __all__ = [
-    "Action", "CheckDone", "CheckRequested", "ChunkArrived", "Connect", "Disconnect",
-    "Download", "Dropped", "Event", "Machine", "Notify", "Ready", "Received", "ReleaseSlots", "Reply",
-    "Send", "SendSubmitted", "Started", "Stop", "Stopping", "Submit", "Tick",
+    "Action", "Apply", "CheckDone", "CheckRequested", "ChunkArrived", "Connect", "Disconnect", "Download",
+    "Dropped", "Event", "Install", "Machine", "Notify", "Ready", "Received", "ReleaseSlots", "Reply", "Send",
+    "SendSubmitted", "Started", "Stop", "Stopping", "Submit", "Tick",
 ]
 
 # ------------------------------------------------------------------------------------ events
@@ -210,7 +210,29 @@ class Notify:
     what: str
 
 
-Action = Send | Reply | Connect | Disconnect | Download | Ready | Stop | ReleaseSlots | Notify
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """Add these updates to the live parameters where they live (a GPU, a simulation's recorder):
+    emitted instead of decoding into ``params`` by a machine built with ``params_outside=True``.
+    Every payload passed the whole-message check at intake, so carrying it out cannot fail on the
+    message's account. ``headers[i]`` are the fields of ``payloads[i]`` (empty for an own update).
+    Carried out by the role's facade under its lock, in order, before the loop sees the rest."""
+
+    payloads: tuple[Any, ...]
+    headers: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """A download replaced the machine's host copy ``params``: put it where the live parameters are
+    (``params_outside=True`` only). Carried out like ``Apply``, before the replays that follow it."""
+
+    params: Any
+
+
+Action = (
+    Send | Reply | Connect | Disconnect | Download | Ready | Stop | ReleaseSlots | Notify | Apply | Install
+)
 
 
 class Machine(Protocol):

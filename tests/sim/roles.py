@@ -1,12 +1,13 @@
 """Adapters between the harness and the real machines of server/ (``NodeMachine``, ``ControllerMachine``).
 
 Each adapter builds its machine as the production driver does, with the simulation's pieces
-injected: ``random_bytes`` from the run's seeded rng (join tokens, routing ids), an ``apply`` hook
-that decodes into the replica and tells the harness which update was applied, an ``installed`` hook
-(a download replaced the replica: the node's per-update counts start again). A node's own update is
-applied locally first (``apply_local``, as ``Node.submit(apply_locally=True)`` does), then the
-``Submit`` event the driver delivers numbers and sends it (the machine returns ``ReleaseSlots`` and
-``Notify`` for the facade too: the harness notes them).
+injected: ``random_bytes`` from the run's seeded rng (join tokens, routing ids), and
+``params_outside=True``, so every apply leaves the machine as an ``Apply`` action that the adapter
+carries out as a facade does (decoded into the replica, and the harness told which update was
+applied) and every download as ``Install`` (the node's per-update counts start again). A node's own
+update is applied locally first (as ``Node.submit(apply_locally=True)`` does), then the ``Submit``
+event the driver delivers numbers and sends it (the machine returns ``ReleaseSlots`` and ``Notify``
+for the facade too: the harness notes them).
 
 ``controller_available()`` says whether the controller machine exists on this branch yet: the
 tests of the real machines skip (with that reason) until it does.
@@ -19,10 +20,9 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding import decode
-from psrv.server.update_intake import decode_or_reject
 from psrv.server.updates import check_payload
 from psrv.transport.config import TransportConfig
-from psrv.transport.events import Submit
+from psrv.transport.events import Apply, Install, Submit
 
 from sim.world import Hooks, Setup, SimConfig
 
@@ -46,12 +46,14 @@ def transport_config(cfg: SimConfig, name: str | None = None) -> TransportConfig
     return TransportConfig(**options)
 
 
-def _applier(params_of: Any, hooks: Hooks) -> Any:
-    def apply(payload: np.ndarray, header: dict) -> None:
-        decode_or_reject(decode, payload, params_of(), header)
+def carry_out(action: Any, params: np.ndarray, hooks: Hooks) -> None:
+    """A facade's part for ``Apply`` (decode into the replica, tell the harness) and ``Install``."""
+    if isinstance(action, Install):
+        hooks.installed()
+        return
+    for payload, header in zip(action.payloads, action.headers, strict=True):
+        decode(payload, params)  # checked whole at intake: a failure here is a bug the run reports
         hooks.applied(payload, header)
-
-    return apply
 
 
 class NodeRole:
@@ -64,13 +66,16 @@ class NodeRole:
             self.params,
             controller,
             random_bytes=hooks.world.sched.rng.randbytes,
-            apply=_applier(lambda: self.machine.params, hooks),
-            installed=lambda params: hooks.installed(),
+            params_outside=True,
         )
+        self.hooks = hooks
         self.max_tau = self.machine.config.max_tau
 
     def replica(self) -> np.ndarray:
         return self.machine.params
+
+    def carry_out(self, action: Any) -> None:
+        carry_out(action, self.params, self.hooks)
 
     def rejected(self) -> dict[str, int]:
         return dict(self.machine.counters_.snapshot().get("rejected", {}))
@@ -87,7 +92,7 @@ class NodeRole:
             return None
         payload, info = check_payload(payload, self.params.size, "submitted update", self.max_tau)
         fields = {"iteration": 0, "epoch": 0, "tau": float(info.tau), "encoding": info.form}
-        self.machine.apply_local(payload)  # what Node.submit(apply_locally=True) does
+        carry_out(Apply((payload,), ({},)), self.params, self.hooks)  # Node.submit(apply_locally=True)
         return [Submit(payload, fields, slot=False)]
 
 
@@ -99,12 +104,16 @@ class ControllerRole:
             transport_config(cfg),
             self.params,
             session=hooks.world.sched.rng.randbytes(16),
-            apply=_applier(lambda: self.machine.params, hooks),
+            params_outside=True,
             address=address,
         )
+        self.hooks = hooks
 
     def replica(self) -> np.ndarray:
         return self.machine.params
+
+    def carry_out(self, action: Any) -> None:
+        carry_out(action, self.params, self.hooks)
 
     def member_id(self) -> int | None:
         return 0

@@ -127,6 +127,10 @@ def describe(event: Any) -> str:
         return f"Submit {sorted(event.fields)} slot={event.slot} more={event.more}"
     if kind == "Stop":
         return f"Stop {event.error!r:.200}"
+    if kind == "Apply":
+        return f"Apply {len(event.payloads)}"
+    if kind == "Install":
+        return "Install"
     return repr(event)[:200]
 
 
@@ -280,6 +284,8 @@ class World:
             proc.connections.pop(action.peer, None)
         elif kind in ("ReleaseSlots", "Notify"):  # the facade's (the submit queue, waiting callers)
             pass
+        elif kind in ("Apply", "Install"):  # the facade's, on the parameters: the role carries them out
+            proc.role.carry_out(action)
         elif kind == "Ready":
             self.stats[f"ready_{proc.kind}"] += 1
         elif kind == "Stop":
