@@ -237,12 +237,25 @@ def shape_fits(got: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
     return _fits(tuple(got), tuple(expected))
 
 
+def labels_fit(shape: tuple[int, ...], labels: tuple[int, ...], varying: bool) -> bool:
+    """Whether labels of per-example shape ``labels`` can be an output's of per-example ``shape``: the
+    same shape, class indices without the class axis, or the same values flat; with ``varying`` (the
+    input's length varies) a sequence output's steps may be any length."""
+    steps = varying and len(shape) == 2
+    candidates: list[tuple[int | None, ...]] = [(None, shape[1]), (None,)] if steps else \
+        [shape, positions(shape)]
+    if not shape:
+        candidates.append((1,))
+    flat = not steps and int(np.prod(labels)) == int(np.prod(shape))
+    return flat or any(shape_fits(labels, c) for c in candidates)
+
+
 def _torch() -> Any:
     import torch
 
     return torch
 
 
-__all__ = ["activate", "check_activation", "class_axis", "evaluation_rows", "masked_loss",
+__all__ = ["activate", "check_activation", "class_axis", "evaluation_rows", "labels_fit", "masked_loss",
            "masked_steps_zeroed", "positions", "predictions", "prepare_features_mask", "prepare_labels",
            "prepare_mask", "probe_shape", "shape_fits", "takes_mask"]

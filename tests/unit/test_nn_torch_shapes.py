@@ -236,3 +236,34 @@ def test_labels_and_masks_of_the_wrong_shape_are_named() -> None:
         net.compute_update(x, tags, mask[:, :3])
     with pytest.raises(InvalidInputError, match=r"features: expected shape \(n, None, 3\)"):
         net.compute_update(x[:, :, :2], tags)
+
+
+def test_the_driver_checks_a_sample_against_the_output_shape() -> None:
+    from psrv.spark.driver.preflight import check_sample
+    from psrv.spark.errors import SparkInputError
+
+    x, tags, mask = _tagger_data(8, n=4, steps=5)
+    tagger = _net(Tagger, torch.nn.CrossEntropyLoss(), (None, 3))
+    check_sample(tagger, DataSet(x, np.eye(3, dtype=np.float32)[tags], mask, mask))  # (T, k) labels fit
+    check_sample(tagger, DataSet(x, tags.astype(np.float32), mask, mask))  # (T,) class indices fit
+    with pytest.raises(SparkInputError, match=r"labels have shape \(5, 4\) .* outputs \(n, T, 3\)"):
+        check_sample(tagger, DataSet(x, np.zeros((4, 5, 4), np.float32)))
+    segmenter = _net(Segmenter, torch.nn.CrossEntropyLoss(), (1, 6, 6))
+    images = np.zeros((2, 1, 6, 6), np.float32)
+    check_sample(segmenter, DataSet(images, np.zeros((2, 6, 6), np.float32)))
+    with pytest.raises(SparkInputError, match=r"outputs \(n, 2, 6, 6\)"):
+        check_sample(segmenter, DataSet(images, np.zeros((2, 5, 5), np.float32)))
+
+
+def test_a_sequence_batch_round_trips_through_the_parquet_minibatch_format() -> None:
+    import io
+
+    pytest.importorskip("pyarrow")
+    from psrv.spark.data.parquet import dataset_from_parquet, dataset_to_parquet
+
+    x, tags, mask = _tagger_data(9, n=5, steps=4)
+    batch = DataSet(x, np.eye(3, dtype=np.float32)[tags], mask, mask.copy())
+    back = dataset_from_parquet(io.BytesIO(dataset_to_parquet(batch)), "mem")
+    assert back.equals(batch)
+    plain = DataSet(x, tags.astype(np.float32))
+    assert dataset_from_parquet(io.BytesIO(dataset_to_parquet(plain)), "mem").equals(plain)
