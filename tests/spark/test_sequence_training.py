@@ -127,8 +127,8 @@ def _train_on_spark(spark_context, network: TorchNetwork, rdd) -> SparkNetwork:
     return spark_net
 
 
-def test_a_tagger_from_the_sequence_pipeline_and_a_sequence_classifier(spark_context, tmp_path) -> None:
-    # the tagger: CSV files -> read_sequences -> sequences_to_datasets -> gradient sharing
+def test_a_tagger_fed_by_the_sequence_pipeline(spark_context, tmp_path) -> None:
+    """CSV files -> read_sequences -> sequences_to_datasets -> gradient sharing, end to end."""
     train, test = tagger_sequences(0, 320), tagger_sequences(1, 400)
     directory = write_sequences(str(tmp_path / "train"), train)
     rdd = sequences_to_datasets(read_sequences(directory, spark_context=spark_context, min_partitions=2),
@@ -141,6 +141,7 @@ def test_a_tagger_from_the_sequence_pipeline_and_a_sequence_classifier(spark_con
     local = network.evaluate(test_batches)
     assert int(local.confusion_matrix().sum()) == sum(len(s) for s in test)  # one row per real step
     expected = alone.evaluate(test_batches).accuracy()
+    print(f"tagger: per-step accuracy {local.accuracy():.4f} shared, {expected:.4f} in one process")
     assert abs(local.accuracy() - expected) <= 0.02, (local.accuracy(), expected)
     assert local.accuracy() > 0.9, local.accuracy()
     distributed = spark_net.evaluate(spark_context.parallelize(test_batches, 2))
@@ -149,17 +150,21 @@ def test_a_tagger_from_the_sequence_pipeline_and_a_sequence_classifier(spark_con
     first = test_batches[0]
     pairs = [(i, (first.features[i], first.features_mask[i])) for i in range(10)]
     keyed = dict(spark_net.feed_forward_with_key(spark_context.parallelize(pairs, 2), batch_size=4).collect())
+    assert sorted(keyed) == list(range(10))
     expected_out = network.output(first.features[:10], mask=first.features_mask[:10])
     for i, prediction in keyed.items():
         assert prediction.shape == first.features.shape[1:2] + (3,)
         np.testing.assert_allclose(prediction, expected_out[i], rtol=1e-5, atol=1e-6)
 
-    # the classifier: DataSets of different lengths (merged and padded by the workers' rebatching)
+
+def test_a_sequence_classifier_reading_the_features_mask(spark_context) -> None:
+    """DataSets of different lengths (each padded to its longest) with features masks."""
     train_batches, test_batches = classifier_batches(2, 320, 16), classifier_batches(3, 400, 100)
     alone = classifier_network()
     alone.fit(train_batches, epochs=EPOCHS)
     network = classifier_network()
     _train_on_spark(spark_context, network, spark_context.parallelize(train_batches, 2))
     accuracy, expected = network.evaluate(test_batches).accuracy(), alone.evaluate(test_batches).accuracy()
+    print(f"classifier: accuracy {accuracy:.4f} shared, {expected:.4f} in one process")
     assert abs(accuracy - expected) <= 0.02, (accuracy, expected)
     assert accuracy > 0.85, accuracy
