@@ -133,8 +133,8 @@ def loss_view(out: Any, target: Any, axis: int | None) -> tuple[Any, Any]:
 
 def masked_loss(loss_fn: Any, form: str, out: Any, target: Any, weights: Any, axis: int | None) -> Any:
     """One output's loss; a mask makes it the mean over unmasked elements (reduction "none" for the call;
-    masked elements are replaced by zero before weighting, so whatever the padding holds, even NaN,
-    contributes nothing to the loss or the gradients)."""
+    masked elements' losses are replaced by zero before weighting, so whatever they are, nothing of them
+    reaches the loss or the gradients through it)."""
     torch = _torch()
     out_view, target_view = loss_view(out, target, axis)
     if form == "index":
