@@ -267,3 +267,14 @@ def test_a_sequence_batch_round_trips_through_the_parquet_minibatch_format() -> 
     assert back.equals(batch)
     plain = DataSet(x, tags.astype(np.float32))
     assert dataset_from_parquet(io.BytesIO(dataset_to_parquet(plain)), "mem").equals(plain)
+
+
+def test_a_per_example_mask_gives_the_mean_over_the_kept_examples() -> None:
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(12, 2, 3)).astype(np.float32)
+    y = rng.integers(0, 3, size=12)
+    keep = (np.arange(12) % 3 != 0).astype(np.float32)  # (n,): whole sequences in or out
+    net = _net(Tagger, torch.nn.CrossEntropyLoss(), (2, 3))
+    _, masked = net.compute_gradient(x, np.repeat(y[:, None], 2, axis=1), keep)
+    _, kept = net.compute_gradient(x[keep == 1], np.repeat(y[keep == 1, None], 2, axis=1))
+    assert masked == pytest.approx(kept, rel=1e-6)
