@@ -6,6 +6,7 @@ they were, and every message names what was expected and what came.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -33,8 +34,9 @@ def _check_finite(arr: np.ndarray, what: str) -> None:
         )
 
 
-def prepare_features(features: Any, input_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """(n, *input_shape) array of the network's dtype; (n, prod(input_shape)) is reshaped for images."""
+def prepare_features(features: Any, input_shape: tuple[int | None, ...], dtype: np.dtype) -> np.ndarray:
+    """(n, *input_shape) array of the network's dtype; (n, prod(input_shape)) is reshaped for images.
+    A None in ``input_shape`` takes any length there (a sequence's steps: ``(None, f)``)."""
     if isinstance(features, list) and len(features) > 1 and all(
             isinstance(f, np.ndarray) and f.ndim == len(input_shape) + 1 for f in features):
         raise InvalidInputError(
@@ -42,16 +44,20 @@ def prepare_features(features: Any, input_shape: tuple[int, ...], dtype: np.dtyp
             f"{len(features)} batches (a MultiDataSet of several inputs): this network takes one input "
             "(psrv.nn.Network is sequential); use a TorchNetwork with input_shape=[shape, shape, ...]")
     x = _as_array(features, "features")
-    flat = int(np.prod(input_shape))
+    variable = any(d is None for d in input_shape)
+    flat = 0 if variable else int(np.prod(input_shape))
     expected = f"(n, {', '.join(map(str, input_shape))})"
-    if len(input_shape) > 1:
+    if len(input_shape) > 1 and not variable:
         expected += f" or (n, {flat})"
     if x.ndim == 0 or x.shape[0] == 0:
         raise InvalidInputError(
             f"features: expected a non-empty batch of shape {expected}, got shape {x.shape}"
         )
     if x.shape[1:] != tuple(input_shape):
-        if x.ndim == 2 and x.shape[1] == flat:
+        if variable and x.ndim == len(input_shape) + 1 and all(
+                d is None or g == d for g, d in zip(x.shape[1:], input_shape, strict=True)):
+            pass
+        elif x.ndim == 2 and x.shape[1] == flat and not variable:
             x = x.reshape((x.shape[0], *input_shape))
         else:
             raise InvalidInputError(f"features: expected shape {expected}, got shape {x.shape}")
@@ -109,6 +115,30 @@ def prepare_mask(mask: Any, n: int, n_out: int, dtype: np.dtype) -> np.ndarray |
     return m
 
 
+as_array = _as_array
+check_finite = _check_finite
+
+
+def features_mask_of(item: Any) -> Any:
+    """The features mask of a DataSet (a MultiDataSet's list of them; None when it has none)."""
+    masks = getattr(item, "features_masks", None)
+    if masks is not None:
+        return None if all(m is None for m in masks) else (masks[0] if len(masks) == 1 else list(masks))
+    return getattr(item, "features_mask", None)
+
+
+def step_arguments(compute: Any, features_mask: Any) -> dict[str, Any]:
+    """``features_mask=`` for a network's compute_update when there is one and the network takes it (a
+    feed-forward psrv.nn.Network does not: it has no use for a features mask)."""
+    if features_mask is None:
+        return {}
+    try:
+        accepted = "features_mask" in inspect.signature(compute).parameters
+    except (TypeError, ValueError):
+        accepted = False
+    return {"features_mask": features_mask} if accepted else {}
+
+
 def unpack(item: Any) -> tuple[Any, Any, Any]:
     """(features, labels, labels_mask) of a DataSet-like object or a (features, labels[, mask]) tuple."""
     if hasattr(item, "features") and hasattr(item, "labels"):
@@ -131,8 +161,17 @@ def minibatches(
     data: Any, batch_size: int, rng: np.random.Generator | None
 ) -> Iterator[tuple[Any, Any, Any]]:
     """Minibatches of one data set (sliced, shuffled when rng is given) or each item of an iterable."""
+    for features, labels, mask, _ in masked_minibatches(data, batch_size, rng):
+        yield features, labels, mask
+
+
+def masked_minibatches(
+    data: Any, batch_size: int, rng: np.random.Generator | None
+) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """As :func:`minibatches`, with each minibatch's features mask (None without one) fourth."""
     if is_single(data):
         x, y, m = unpack(data)
+        fm = features_mask_of(data)
         if isinstance(x, list) and hasattr(data, "subset"):  # a MultiDataSet: its arrays sliced together
             yield from _multi_minibatches(data, batch_size, rng)
             return
@@ -145,12 +184,13 @@ def minibatches(
                 sl: Any = slice(start, start + batch_size)
             else:
                 sl = order[start : start + batch_size]
-            yield x[sl], (y[sl] if y is not None else None), (m[sl] if m is not None else None)
+            yield (x[sl], (y[sl] if y is not None else None), (m[sl] if m is not None else None),
+                   (fm[sl] if fm is not None else None))
         return
     if not isinstance(data, Iterable):
         raise InvalidInputError(f"expected a DataSet or an iterable of DataSets, got {type(data).__name__}")
     for item in data:
-        yield unpack(item)
+        yield (*unpack(item), features_mask_of(item))
 
 
 def _multi_minibatches(data: Any, batch_size: int, rng: np.random.Generator | None) -> Iterator[tuple]:
@@ -160,8 +200,10 @@ def _multi_minibatches(data: Any, batch_size: int, rng: np.random.Generator | No
     order = rng.permutation(n) if rng is not None else np.arange(n)
     single = len(data.features) == 1 and len(data.labels) == 1  # 1-in 1-out: the plain arrays
     for start in range(0, n, batch_size):
-        x, y, m = unpack(data.subset(order[start : start + batch_size]))
-        yield (x[0], y[0], None if m is None else m[0]) if single else (x, y, m)
+        part = data.subset(order[start : start + batch_size])
+        x, y, m = unpack(part)
+        fm = features_mask_of(part)
+        yield (x[0], y[0], None if m is None else m[0], fm) if single else (x, y, m, fm)
 
 
 def check_counter(value: Any, what: str) -> int:
@@ -186,9 +228,9 @@ def fit_epochs(net: Any, data: Any, epochs: int, batch_size: int, shuffle: bool)
     for _ in range(epochs):
         rng = np.random.default_rng([net.seed, net.epoch, 7]) if shuffle else None
         seen = 0
-        for features, labels, mask in minibatches(data, batch_size, rng):
+        for features, labels, mask, features_mask in masked_minibatches(data, batch_size, rng):
             compute = getattr(net, "compute_update_tensor", net.compute_update)  # a GPU step stays there
-            update, _ = compute(features, labels, mask)
+            update, _ = compute(features, labels, mask, **step_arguments(compute, features_mask))
             net.apply_update(update)
             seen += 1
         if seen == 0:

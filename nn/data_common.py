@@ -48,6 +48,9 @@ def check_mask(mask: object | None, n: int, data: np.ndarray, what: str) -> np.n
         raise DataError(f"{what}: expected {n} rows (one per example), got shape {m.shape}")
     if m.ndim == 1:
         return m
+    if m.ndim >= 3 and (m.shape == data.shape or m.shape[1:] == data.shape[1:m.ndim]
+                        or m.shape[1:] == data.shape[2:]):
+        return m  # per element, per position (n, T, ...), or per pixel of channels-first (n, C, H, W)
     if m.ndim == 2:
         # (n, T) for sequences, or (n, k) per output column (regression masks)
         if data.ndim >= 2 and data.shape[1] == m.shape[1]:
@@ -56,7 +59,8 @@ def check_mask(mask: object | None, n: int, data: np.ndarray, what: str) -> np.n
             f"{what}: expected shape ({n},) or ({n}, {data.shape[1] if data.ndim >= 2 else '?'}) "
             f"matching data of shape {data.shape}, got {m.shape}"
         )
-    raise DataError(f"{what}: expected a 1-D or 2-D mask, got shape {m.shape}")
+    raise DataError(f"{what}: expected a mask of shape ({n},), the data's shape {data.shape} or its leading "
+                    f"axes, or its positions without the channel axis 1, got {m.shape}")
 
 
 def check_count(arrays: Sequence[np.ndarray], names: Sequence[str]) -> int:

@@ -36,12 +36,12 @@ import numpy as np
 from psrv.nn import _inputs
 from psrv.nn._files import read_whole, write_atomically
 from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFiniteLossError
-from psrv.nn.eval_classification import Evaluation
 from psrv.nn.normalizers import normalizer_from_state
 from psrv.nn.torch_device import import_torch, place_module, resolve_device, saved_device
 from psrv.nn.torch_file import FORMAT, FORMAT_VERSION, dump_payload, load_payload
 from psrv.nn.torch_flat import bind_flat_buffers, steer_to_step_buffer
-from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes
+from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes, probe_input
+from psrv.nn.torch_shapes import masked_steps_zeroed, predictions
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,11 @@ class TorchNetwork(_inputs.TrainingCounters):
     ``targets`` says what the loss takes: "onehot" float rows (default; CrossEntropyLoss accepts class
     probabilities) or "index" class indices (NLLLoss).
 
+    Outputs of any shape with the batch first, ``input_shape`` with None for a varying length, and the
+    features mask as ``forward(x, mask=...)``: see psrv.nn.torch_shapes.
+
     Several inputs or outputs (psrv.nn.torch_io): ``input_shape`` a list of shapes, one per parameter of
-    ``forward``; ``forward`` returning a tuple/list of (n, k_i) tensors; ``loss``, ``output_activation`` and
+    ``forward``; ``forward`` returning a tuple/list of tensors; ``loss``, ``output_activation`` and
     ``targets`` one for all outputs or a sequence, one per output. Features and labels are then lists of
     arrays (a MultiDataSet's), ``output`` returns a list of arrays and ``evaluate`` one result per output.
 
@@ -109,11 +112,11 @@ class TorchNetwork(_inputs.TrainingCounters):
         with torch.no_grad():
             was_training = module.training
             module.eval()
-            probe = module(*(torch.zeros((1, *shape), dtype=torch_dtype, device=self.device)
+            probe = module(*(torch.zeros((1, *probe_input(shape)), dtype=torch_dtype, device=self.device)
                              for shape in shapes))
             module.train(was_training)
-        self.layout = Layout.build(shapes, multi_input, probe, loss, output_activation, targets)
-        self.num_outputs = self.layout.output_sizes[0]  # columns of the (first) output
+        self.layout = Layout.build(shapes, multi_input, probe, loss, output_activation, targets, module)
+        self.num_outputs = self.layout.output_sizes[0]  # classes (class axis) of the (first) output
         self._iteration = 0
         self._epoch = 0
         self.normalizer: Any = None
@@ -269,7 +272,14 @@ class TorchNetwork(_inputs.TrainingCounters):
         """(inputs, labels, masks) as lists of checked host arrays (one item each without several)."""
         xs = self.layout.inputs(features, self.dtype)
         n = xs[0].shape[0]
-        return xs, self.layout.labels(labels, n, self.dtype), self.layout.masks(mask, n, self.dtype)
+        return xs, self.layout.labels(labels, n, self.dtype, xs), self.layout.masks(mask, n, self.dtype, xs)
+
+    def _features_mask(self, mask: Any, n: int) -> Any:
+        """The features mask as tensors for the module's ``mask`` keyword (None when it takes none)."""
+        fm = self.layout.features_mask(mask, n, self.dtype)
+        if isinstance(fm, list):
+            return [None if m is None else self._tensor(m) for m in fm]
+        return None if fm is None else self._tensor(fm)
 
     def _loss(self, outs: Any, ys: list[np.ndarray], masks: list[np.ndarray | None]) -> Any:
         return self.layout.total_loss(self.layout.outputs(outs), [self._tensor(y) for y in ys],
@@ -291,10 +301,13 @@ class TorchNetwork(_inputs.TrainingCounters):
             if self._step_params[i].grad is not p.grad:
                 self._step_params[i].grad = p.grad
 
-    def _gradient(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any]) -> float:
+    def _gradient(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any],
+                  features_mask: Any = None) -> float:
         self._flat_grad.zero_()
         self.module.train()
-        loss = self._loss(self.module(*(self._tensor(x) for x in xs)), ys, masks)
+        raw = self.layout.forward(self.module, [self._tensor(x) for x in xs],
+                                  self._features_mask(features_mask, xs[0].shape[0]))
+        loss = self._loss(raw, ys, masks)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NonFiniteLossError(f"loss is {value} at iteration {self._iteration}: training diverged")
@@ -302,21 +315,24 @@ class TorchNetwork(_inputs.TrainingCounters):
         self._restore_grad_views()
         return value
 
-    def compute_gradient(self, features: Any, labels: Any, mask: Any = None) -> tuple[np.ndarray, float]:
+    def compute_gradient(self, features: Any, labels: Any, mask: Any = None,
+                         features_mask: Any = None) -> tuple[np.ndarray, float]:
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient(x, y, m)
+        loss = self._gradient(x, y, m, features_mask)
         return self._flat_grad.cpu().numpy().copy(), loss
 
-    def compute_update(self, features: Any, labels: Any, mask: Any = None) -> tuple[np.ndarray, float]:
+    def compute_update(self, features: Any, labels: Any, mask: Any = None,
+                       features_mask: Any = None) -> tuple[np.ndarray, float]:
         """Forward, backward, optimizer.step(); returns (step to ADD, loss). Never writes ``params``.
 
         The step is a NumPy array: on the CPU without a copy, on another device a host copy (use
         ``compute_update_tensor`` to keep it on the device).
         """
-        update, loss = self.compute_update_tensor(features, labels, mask)
+        update, loss = self.compute_update_tensor(features, labels, mask, features_mask)
         return update.numpy() if self.on_host else update.cpu().numpy(), loss
 
-    def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None) -> tuple[Any, float]:
+    def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None,
+                              features_mask: Any = None) -> tuple[Any, float]:
         """As ``compute_update``, the step as a tensor on the network's device (no host copy).
 
         The optimizer steps the step buffer, loaded first with one read of the live parameters (which
@@ -325,7 +341,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         """
         torch = import_torch()
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient(x, y, m)
+        loss = self._gradient(x, y, m, features_mask)
         with torch.no_grad():
             base = self._flat.clone()
             self._step_flat.copy_(base)
@@ -341,42 +357,44 @@ class TorchNetwork(_inputs.TrainingCounters):
 
     # --- inference --------------------------------------------------------------------------------
 
-    def _raw_output(self, xs: list[np.ndarray]) -> Any:
+    def _raw_output(self, xs: list[np.ndarray], features_mask: Any = None) -> Any:
         torch = import_torch()
         self.module.eval()
         try:
             with torch.no_grad():
-                return self.module(*(self._tensor(x) for x in xs))
+                return self.layout.forward(self.module, [self._tensor(x) for x in xs],
+                                           self._features_mask(features_mask, xs[0].shape[0]))
         finally:
             self.module.train()
 
-    def _outputs(self, xs: list[np.ndarray]) -> list[np.ndarray]:
-        outs = self.layout.activate(self.layout.outputs(self._raw_output(xs)))
+    def _outputs(self, xs: list[np.ndarray], features_mask: Any = None) -> list[np.ndarray]:
+        outs = self.layout.activate(self.layout.outputs(self._raw_output(xs, features_mask)))
         return [out.cpu().numpy() for out in outs]
 
-    def output(self, features: Any) -> Any:
-        """The outputs (activated) as an array, or a list of arrays for a module of several outputs."""
-        outs = self._outputs(self.layout.inputs(features, self.dtype))
+    def output(self, features: Any, mask: Any = None) -> Any:
+        """The outputs (activated) in the module's shape: an array, or a list of arrays for a module of
+        several outputs. ``mask``, a features mask, reaches the module (when ``forward`` takes ``mask``)
+        and zeroes the masked steps of a sequence output (n, T, k)."""
+        xs = self.layout.inputs(features, self.dtype)
+        outs = self._outputs(xs, mask)
+        if mask is not None and not self.multi_input:
+            outs = [masked_steps_zeroed(out, np.asarray(mask)) for out in outs]
         return outs if self.multi_output else outs[0]
 
     def predict(self, features: Any) -> Any:
-        """Class indices per output (a list for a module of several outputs)."""
+        """Class indices per output, the class axis removed (a list for a module of several outputs)."""
         outs = self.output(features)
-        preds = []
         listed = outs if self.multi_output else [outs]
-        for out, activation in zip(listed, self.layout.activations, strict=True):
-            if out.shape[1] == 1 and activation == "sigmoid":
-                preds.append((out[:, 0] >= 0.5).astype(np.int64))
-            else:
-                preds.append(out.argmax(axis=1))
+        preds = [predictions(out, activation, axis) for out, activation, axis
+                 in zip(listed, self.layout.activations, self.layout.class_axes, strict=True)]
         return preds if self.multi_output else preds[0]
 
     def score(self, data: Any, batch_size: int = 4096) -> float:
         """Mean loss per example (the sum of the outputs' losses for a module of several outputs)."""
         total, count = 0.0, 0
-        for features, labels, mask in _inputs.minibatches(data, batch_size, None):
+        for features, labels, mask, fm in _inputs.masked_minibatches(data, batch_size, None):
             xs, ys, ms = self._prepare(features, labels, mask)
-            total += float(self._loss(self._raw_output(xs), ys, ms)) * xs[0].shape[0]
+            total += float(self._loss(self._raw_output(xs, fm), ys, ms)) * xs[0].shape[0]
             count += xs[0].shape[0]
         if count == 0:
             raise InvalidInputError("score: expected at least one example, got none")
@@ -387,13 +405,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         output: a PerOutput (or a list of evaluations, one per output; default: classification for
         softmax/sigmoid outputs, regression otherwise) is returned; one evaluation object evaluates the
         first output only."""
-        if self.multi_output:
-            return evaluate_outputs(self, data, evaluation, batch_size)
-        evaluation = evaluation if evaluation is not None else Evaluation(num_classes=self.num_outputs)
-        for features, labels, mask in _inputs.minibatches(data, batch_size, None):
-            xs, ys, ms = self._prepare(features, labels, mask)
-            evaluation.eval(ys[0], self._outputs(xs)[0], mask=ms[0])
-        return evaluation
+        return evaluate_outputs(self, data, evaluation, batch_size)
 
     # --- copies and files ---------------------------------------------------------------------------
 

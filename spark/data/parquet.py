@@ -272,18 +272,19 @@ def arrow_datasets(frame: Any, columns: ParquetColumns, *, rows: int = ROWS_PER_
 # Parquet as the minibatch file format
 # --------------------------------------------------------------------------------------------------
 def dataset_to_parquet(batch: DataSet) -> bytes:
-    """One minibatch as a Parquet file: ``features`` and ``labels`` as fixed-size lists of float32,
-    the per-example shapes in the schema metadata (so (n, h, w, c) features come back as they were)."""
+    """One minibatch as a Parquet file: ``features`` and ``labels`` (and the masks a sequence batch has)
+    as fixed-size lists of float32, the per-example shapes in the schema metadata (so (n, h, w, c)
+    features and (n, T) masks come back as they were)."""
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
-    if batch.features_mask is not None or batch.labels_mask is not None:
-        raise SparkInputError(
-            "the Parquet minibatch format holds DataSets without masks; use the .psds format"
-        )
     columns = {}
     shapes = {}
-    for name, array in (("features", batch.features), ("labels", batch.labels)):
+    named = [("features", batch.features), ("labels", batch.labels), ("features_mask", batch.features_mask),
+             ("labels_mask", batch.labels_mask)]
+    for name, array in named:
+        if array is None:
+            continue
         flat = np.ascontiguousarray(array, dtype=np.float32).reshape(batch.num_examples, -1)
         columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
         shapes[name] = list(array.shape[1:])
@@ -306,10 +307,12 @@ def dataset_from_parquet(stream: Any, source: str) -> DataSet:
             f"{source}: not a psrv Parquet minibatch (no {_SHAPES_KEY.decode()} metadata)"
         ) from exc
     arrays = {}
-    for name in ("features", "labels"):
-        flat = _vectors(table.column(name), name)
-        arrays[name] = flat.reshape((table.num_rows, *shapes[name]))
-    return DataSet(arrays["features"], arrays["labels"])
+    for name in ("features", "labels", "features_mask", "labels_mask"):
+        if name in shapes:
+            flat = _vectors(table.column(name), name)
+            arrays[name] = flat.reshape((table.num_rows, *shapes[name]))
+    return DataSet(arrays["features"], arrays["labels"], arrays.get("features_mask"),
+                   arrays.get("labels_mask"))
 
 
 class ParquetDataSetLoader:

@@ -188,6 +188,8 @@ class SparkNetwork:
         network = self.network
         if isinstance(network, TorchNetwork) and network.multi_output:  # one per output (psrv.nn.torch_io)
             return network.layout.default_evaluations()
+        if isinstance(network, TorchNetwork) and not network.layout.output_shapes[0]:  # an (n,) head
+            return network.layout.default_evaluation(0)
         if isinstance(network, LayerNetwork) and network.output_layer.loss.name == "mse":
             return RegressionEvaluation()
         classes = classes_of(self.network)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn.data import MultiDataSet
 from psrv.nn.protocol import MultiIONetwork, TrainableNetwork, is_multi_io
+from psrv.nn.torch_shapes import labels_fit, shape_fits
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.task.profile import profile_partition
 
@@ -97,7 +98,7 @@ def check_sample(network: TrainableNetwork, sample: Any, label_col: str | None =
         return
     input_shape = tuple(network.input_shape or ())
     features = _per_example_shape(sample.features)
-    if input_shape and features != input_shape and int(np.prod(features)) != int(np.prod(input_shape)):
+    if input_shape and not _features_fit(features, input_shape):
         raise SparkInputError(
             f"the data's features have shape {features} per example ({int(np.prod(features))} values) but "
             f"the network's input_shape is {input_shape} ({int(np.prod(input_shape))} values): build the "
@@ -114,12 +115,40 @@ def check_sample(network: TrainableNetwork, sample: Any, label_col: str | None =
         ) from exc
     outputs = network.num_outputs
     labels = _per_example_shape(sample.labels)
-    if outputs is not None and labels and int(np.prod(labels)) != int(outputs):
+    shaped = _output_shape(network, 0)
+    if shaped is not None:
+        if not labels_fit(shaped, labels, None in input_shape):
+            raise SparkInputError(
+                f"the data's labels have shape {labels} per example but the network outputs "
+                f"{_batch_shape(shaped, None in input_shape)}: expected labels of that shape, or class "
+                "indices without its class axis")
+    elif outputs is not None and labels and int(np.prod(labels)) != int(outputs):
         where = f" (label_col={label_col!r})" if label_col else ""
         raise SparkInputError(
             f"the data's labels have shape {labels} per example{where} but the network has {outputs} "
             f"outputs: expected one-hot rows of {outputs} (or class indices in [0, {outputs}) in a DataFrame)"
         )
+
+
+def _features_fit(features: tuple[int, ...], input_shape: tuple[Any, ...]) -> bool:
+    """The same shape (None: any length there), or as many values (flat rows of an image)."""
+    if None in input_shape:
+        return shape_fits(features, input_shape)
+    return features == input_shape or int(np.prod(features)) == int(np.prod(input_shape))
+
+
+def _batch_shape(shape: tuple[int, ...], varying: bool) -> str:
+    """An output's shape as (n, ...); a sequence output's steps are T when the input's length varies."""
+    dims = ["T", str(shape[1])] if varying and len(shape) == 2 else list(map(str, shape))
+    return "(" + ", ".join(["n", *dims]) + ")"
+
+
+def _output_shape(network: Any, index: int) -> tuple[int, ...] | None:
+    """An output's per-example shape when it is not (k,) rows (a TorchNetwork's (n,), (n, T, k) ...)."""
+    shapes = getattr(getattr(network, "layout", None), "output_shapes", None)
+    if not shapes or len(shapes[index]) == 1:
+        return None
+    return tuple(shapes[index])
 
 
 def check_multi_sample(network: TrainableNetwork, sample: Any) -> None:
@@ -142,12 +171,18 @@ def check_multi_sample(network: TrainableNetwork, sample: Any) -> None:
             f"network ({kind}) takes {len(shapes)} input(s) and gives {len(sizes)} output(s){hint}")
     for i, (array, shape) in enumerate(zip(features, shapes, strict=True)):
         got = _per_example_shape(array)
-        if got != tuple(shape) and int(np.prod(got)) != int(np.prod(shape)):
+        if not _features_fit(got, tuple(shape)):
             raise SparkInputError(f"the data's features[{i}] have shape {got} per example but the network's "
                                   f"input_shape[{i}] is {tuple(shape)}: fix input_shape or the data")
     for i, (array, size) in enumerate(zip(labels, sizes, strict=True)):
         got = _per_example_shape(array)
-        if size is not None and got and int(np.prod(got)) != int(size):
+        shaped = _output_shape(network, i)
+        varying = any(None in tuple(s) for s in shapes)
+        if shaped is not None:
+            if not labels_fit(shaped, got, varying):
+                raise SparkInputError(f"the data's labels[{i}] have shape {got} per example but output {i} "
+                                      f"of the network is {_batch_shape(shaped, varying)}")
+        elif size is not None and got and int(np.prod(got)) != int(size):
             raise SparkInputError(f"the data's labels[{i}] have shape {got} per example but output {i} of "
                                   f"the network has {size} columns")
     try:

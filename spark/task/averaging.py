@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import DeviceNetwork
 from psrv.spark.observe.worker_logs import WorkerLogCapture
 from psrv.spark.payload import buffers_of
@@ -53,7 +54,8 @@ class RoundTrainer:
                 # a torch network keeps the step on its device (no host round trip per step)
                 compute = network.compute_update_tensor if isinstance(network, DeviceNetwork) \
                     else network.compute_update
-                update, loss = compute(batch.features, batch.labels, batch.labels_mask)
+                update, loss = compute(batch.features, batch.labels, batch.labels_mask,
+                                       **step_arguments(compute, features_mask_of(batch)))
                 network.apply_update(update)
                 events.add("fit", step_start, events.now(), loss=float(loss), examples=batch.num_examples,
                            iteration=int(network.iteration))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
+from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
@@ -118,7 +119,8 @@ class SharingTask:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
         network, events = self.network, self.events
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
-        update, loss = compute(batch.features, batch.labels, batch.labels_mask)
+        update, loss = compute(batch.features, batch.labels, batch.labels_mask,
+                               **step_arguments(compute, features_mask_of(batch)))
         encode_start = events.now()
         message = self.encoder.encode_update(update)
         encode_end = events.now()
