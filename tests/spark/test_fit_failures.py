@@ -40,13 +40,14 @@ def failing(tmp_path_factory) -> dict:
     if done.returncode != 0 or not out.exists():
         pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
     results = json.loads(out.read_text())
-    results["stderr"] = done.stderr
+    results["output"] = done.stdout  # spark-submit merges the Python driver's stderr into its stdout
     return results
 
 
-def _section(stderr: str, name: str) -> str:
-    """The stderr lines the script wrote while running check ``name``."""
-    before, _, _ = stderr.partition(f"--- {name} finished ---")
+def _section(output: str, name: str) -> str:
+    """What the script wrote (progress lines included) while running check ``name``."""
+    before, found, _ = output.partition(f"--- {name} finished ---")
+    assert found, f"no end marker of {name!r} in the script's output:\n{output[-3000:]}"
     return before.rsplit(" finished ---", 1)[-1]
 
 
@@ -56,8 +57,10 @@ def test_an_exception_of_the_users_forward_fails_the_job_at_its_first_attempt(fa
     assert result["error"].startswith("ValueError: boom from the user's forward"), result["error"]
     attempts = {tuple(map(int, line.split())) for line in result["attempts"]}
     assert attempts and {a for _, a in attempts} == {0}, attempts  # no task was tried again
-    assert result["seconds"] < 30, result  # the checks, one task start-up and a beat, not 4 attempts
-    shown = _section(failing["stderr"], "user_code")
+    # the checks, one task start-up and a beat: less than the good 2-epoch fit of the same data took in
+    # the same run (a bound in seconds would measure the machine's load, not psrv)
+    assert result["seconds"] < failing["progress"]["seconds"], (result, failing["progress"])
+    shown = _section(failing["output"], "user_code")
     assert re.search(r"psrv fit \(epoch 1\) failed: UserCodeError: ValueError: boom", shown), shown[-3000:]
     assert "psrv fit (epoch 1) done" not in shown
 
@@ -68,12 +71,13 @@ def test_progress_lines_count_each_epochs_own_steps_and_examples(failing) -> Non
     steps = result["value"]["steps"]
     # 2 workers x 120 rows in minibatches of 16: 8 steps each, every epoch; 240 examples
     assert steps == [16, 16]
-    shown = _section(failing["stderr"], "progress")
+    shown = _section(failing["output"], "progress")
     closing = re.findall(r"psrv fit \(epoch (\d+)\) done: (.*)", shown)
     assert [int(epoch) for epoch, _ in closing] == [1, 2], shown[-3000:]
     for epoch, line in closing:
         assert line.startswith(f"2 workers | epoch {epoch} | 16 steps, 240 examples |"), line
-    assert "online (" not in shown
+    # mid-epoch lines count this epoch's 2 workers only (a worker already done is "seen", not online)
+    assert all(int(seen) <= 2 for seen in re.findall(r"\((\d+) seen\)", shown)), shown[-3000:]
 
 
 def test_nan_is_named_by_its_row_before_training_and_during_it(failing) -> None:
@@ -84,7 +88,7 @@ def test_nan_is_named_by_its_row_before_training_and_during_it(failing) -> None:
     assert during["type"] == "SparkInputError", during
     said = r"non-finite value nan in the features of row \d+ of partition \d+"
     assert re.search(said, during["error"]), during
-    assert during["seconds"] < 60, during
+    assert during["seconds"] < failing["progress"]["seconds"], during  # at the first attempt, as above
 
 
 def test_a_wrong_input_shape_is_named_with_the_samples_shape(failing) -> None:

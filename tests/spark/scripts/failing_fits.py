@@ -3,7 +3,8 @@ is wrong; and one fit that goes right, whose progress lines are checked against 
 
 Run by tests/spark/test_fit_failures.py through ``spark-submit --master local-cluster[2,1,1024]``, as a
 user would run it; writes what each fit raised (type, message, seconds) as JSON to the path given as its
-first argument. The progress lines go to stderr, which the test reads.
+first argument. The progress lines go to stderr (spark-submit passes it on in its stdout), which the
+test reads.
 """
 
 from __future__ import annotations
