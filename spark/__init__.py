@@ -30,6 +30,7 @@ from psrv.spark.errors import (
     StorageError,
     StorageUnavailableError,
     TrainingJobError,
+    UserCodeError,
 )
 from psrv.spark.task.prefetch import PrefetchingIterator
 
@@ -56,6 +57,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "TrainingJobError",
+    "UserCodeError",
     "balanced_repartition",
     "load_evaluations",
     "repartition_rdd",

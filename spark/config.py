@@ -58,6 +58,21 @@ def _as_ip(host: str) -> str:
                                "VoidConfiguration.controller_address or network_mask") from None
 
 
+def _is_port(value: Any, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= 65535
+
+
+def _check_port(value: Any) -> int | tuple[int, int]:
+    """``unicast_port``: an int in 0..65535, or a range ``(low, high)`` of ports in 1..65535."""
+    if _is_port(value, 0):
+        return int(value)
+    if isinstance(value, tuple | list) and len(value) == 2 and all(_is_port(v, 1) for v in value) \
+            and value[0] <= value[1]:
+        return int(value[0]), int(value[1])
+    raise SparkConfigError(f"unicast_port: expected an int in 0..65535 (0 = any free port) or a range "
+                           f"(low, high) with 1 <= low <= high <= 65535, got {value!r}")
+
+
 @dataclass
 class VoidConfiguration:
     """Settings of the gradient-sharing transport as a Spark user sees them.
@@ -65,7 +80,9 @@ class VoidConfiguration:
     - ``controller_address``: the address workers connect to (``host`` or ``host:port``). Default:
       the driver's address inside ``network_mask``, else Spark's ``spark.driver.host``. A port
       given here is what workers dial (e.g. a forwarded port); the controller binds ``unicast_port``.
-    - ``unicast_port``: the controller's port on the driver (0 = any free port). Nodes on the
+    - ``unicast_port``: the controller's port on the driver: 0 (the default) = any free port, which
+      the tasks are told with the job, so several fits on one driver host never collide; a fixed
+      port (a firewall opening); or a range ``(low, high)``, the first free port in it. Nodes on the
       executors always bind ephemeral ports, so executors sharing a host never collide.
     - ``network_mask``: CIDR (e.g. ``10.0.0.0/16``) choosing the interface every process binds and
       advertises; the ``PSRV_IP`` environment variable overrides it per process.
@@ -81,7 +98,7 @@ class VoidConfiguration:
     """
 
     controller_address: str | None = None
-    unicast_port: int = 40123
+    unicast_port: int | tuple[int, int] = 0
     network_mask: str | None = None
     mesh_build_mode: str = "plain"
     heartbeat_ms: int = 1000
@@ -93,9 +110,7 @@ class VoidConfiguration:
     def __post_init__(self) -> None:
         if self.controller_address is not None:
             split_address(self.controller_address)
-        if isinstance(self.unicast_port, bool) or not isinstance(self.unicast_port, int) \
-                or not 0 <= self.unicast_port <= 65535:
-            raise SparkConfigError(f"unicast_port: expected an int in 0..65535, got {self.unicast_port!r}")
+        self.unicast_port = _check_port(self.unicast_port)
         if str(self.mesh_build_mode).lower() not in MESH_MODES:
             raise SparkConfigError(
                 f"mesh_build_mode: expected one of {MESH_MODES}, got {self.mesh_build_mode!r}"
@@ -116,6 +131,13 @@ class VoidConfiguration:
             except ValueError as exc:
                 raise SparkConfigError(f"network_mask: expected a CIDR such as 10.0.0.0/16, got "
                                        f"{self.network_mask!r} ({exc})") from None
+
+    def controller_ports(self) -> list[int]:
+        """The ports the controller tries to bind, in order (``[0]``: any free port)."""
+        port = self.unicast_port
+        if isinstance(port, tuple):
+            return list(range(port[0], port[1] + 1))
+        return [port]
 
     # -- addresses -----------------------------------------------------------------------------------
     def controller_host(self, spark_driver_host: str | None) -> str:

@@ -52,6 +52,11 @@ class PrefetchTimeoutError(RetryableSparkError, TimeoutError):
     """The data source did not produce the next minibatch before the prefetch deadline."""
 
 
+class UserCodeError(FatalSparkError):
+    """The user's own code (the module's forward, the loss) raised inside a task: a retry would raise it
+    again, so the job is cancelled at its first failure. The message starts with the user's exception."""
+
+
 class TrainingJobError(SparkError):
     """A distributed training job failed; the message names the stage and the first cause."""
 
@@ -74,4 +79,5 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "TrainingJobError",
+    "UserCodeError",
 ]

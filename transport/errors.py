@@ -6,7 +6,8 @@ __all__ = [
     "AddressSelectionError", "ControllerLostError", "FatalTransportError", "FrameRejectedError",
     "InvalidNetworkMaskError", "InvalidSequenceError", "InvalidUpdateError", "JoinError", "KeyFileError",
     "MeshError", "NoMatchingInterfaceError", "NotRunningError", "RetryableTransportError",
-    "SendQueueFullError", "TransportConfigError", "TransportError", "UnknownNodeError",
+    "SecurityMismatchError", "SendQueueFullError", "TransportConfigError", "TransportError",
+    "UnknownNodeError",
 ]
 
 
@@ -64,6 +65,11 @@ class TransportConfigError(FatalTransportError, ValueError):
 
 class JoinError(FatalTransportError):
     """A node could not join its controller before the join deadline."""
+
+
+class SecurityMismatchError(JoinError):
+    """The peer refused the handshake: it runs with other security settings (keys vs --insecure, or
+    another key set). Fatal: the message names the option that makes both sides agree."""
 
 
 class ControllerLostError(FatalTransportError):

@@ -152,9 +152,11 @@ def connect_dealer(
     max_message_bytes: int,
     buffer_bytes: int = 0,
     routing_id: bytes | None = None,
+    connect: bool = True,
 ) -> zmq.Socket:
     """A DEALER connected to a peer's ROUTER at ``host:port``; ``routing_id`` is what the peer's
-    ROUTER sees as this connection's identity (the receiver binds a member's id to it)."""
+    ROUTER sees as this connection's identity (the receiver binds a member's id to it). ``connect``
+    False: set up only (the caller connects, e.g. after attaching a monitor)."""
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
     if routing_id is not None:
@@ -162,5 +164,6 @@ def connect_dealer(
     set_queues(sock, hwm, hwm, buffer_bytes)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     security.client(sock)
-    sock.connect(tcp(address))
+    if connect:
+        sock.connect(tcp(address))
     return sock

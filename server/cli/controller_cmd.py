@@ -55,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args, port=args.port, mesh=args.mesh, fan_out=args.fan_out)
         controller = Controller(config, np.zeros(args.params, dtype=np.float32)).start()
     except (TransportError, ValueError) as exc:
-        print(f"psrv controller: {exc}", file=sys.stderr)
+        hint = ""
+        if "in use" in str(exc):
+            hint = (f" (another program listens on port {args.port}: choose another --port, or --port 0 "
+                    "for any free port; the controller prints the address it listens on)")
+        print(f"psrv controller: {exc}{hint}", file=sys.stderr)
         return 2
     print(f"psrv controller listening on {controller.address}", flush=True)
     try:

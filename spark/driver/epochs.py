@@ -5,7 +5,8 @@ The training data is exported as minibatch files once per call (the "export" app
 master's own per-epoch code, so an epoch inside one call trains exactly as a separate ``fit`` would
 (the minibatch order still comes from the network's seed and epoch). After each epoch: metrics of the
 driver's network (the master copy) on ``validation_data``, evaluated on the executors; the callbacks;
-a checkpoint. ``resume=True`` loads the newest checkpoint first and trains the remaining epochs.
+a checkpoint in the run's own directory, ``checkpoint_dir/<run_id>`` (psrv.spark.driver.runs).
+``resume=True`` loads the run's newest checkpoint first and trains the remaining epochs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.export import exported_minibatches
-from psrv.spark.driver import checkpoints
+from psrv.spark.driver import checkpoints, runs
 from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.partitioning import repartition_rdd
 from psrv.spark.errors import SparkConfigError, SparkInputError
@@ -158,25 +159,40 @@ class EpochRecord:
 
 def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any = None,
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
-               resume: bool = False, element_counts: list[int] | None = None) -> list[EpochRecord]:
-    """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc."""
+               resume: bool = False, element_counts: list[int] | None = None,
+               run_id: str | None = None) -> list[EpochRecord]:
+    """Train ``epochs`` epochs in total (counting those of a resumed checkpoint); see the module doc.
+    Checkpoints go to ``checkpoint_dir/<run_id>`` (psrv.spark.driver.runs); the run's id is left in
+    ``spark_network.run_id``."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise SparkConfigError(f"epochs: expected a positive int, got {epochs!r}")
     if resume and checkpoint_dir is None:
         raise SparkConfigError("resume=True needs checkpoint_dir (where the checkpoints of the run are)")
+    if run_id is not None and checkpoint_dir is None:
+        raise SparkConfigError("run_id names a run under checkpoint_dir: pass checkpoint_dir too")
     sc, network, master = spark_network.spark_context, spark_network.network, spark_network._master()
     history: list[EpochRecord] = []
     done = 0
-    if resume:
-        found = checkpoints.load_newest(sc, checkpoint_dir, network, master)
+    run = None
+    if checkpoint_dir is not None:
+        run = runs.choose_run(checkpoint_dir, run_id, resume, lambda d: checkpoints.newest(sc, d))
+        spark_network.run_id = run.run_id
+        log.info("checkpoints of this fit: %s (run_id=%r)", run.directory, run.run_id)
+    if run is not None and run.resumed:
+        found = checkpoints.load_newest(sc, run.directory, network, master)
         if found is not None:
             done = found.epoch
             history.extend(EpochRecord(e, m, math.nan) for e, m in found.history)
-            log.info("resuming from %s after epoch %d", found.path, done)
             if found.stopped:
+                log.warning("resume: run %r was stopped by a callback (early stopping) after epoch %d: "
+                            "nothing left to train; start a new run (resume=False) to train again",
+                            run.run_id, done)
                 return history
-    if done >= epochs:
-        return history
+            if done >= epochs:
+                log.warning("resume: run %r already trained %d epoch(s) of the %d asked: nothing left to "
+                            "train; ask for more epochs to continue it", run.run_id, done, epochs)
+                return history
+            log.info("resuming run %r from %s after epoch %d", run.run_id, found.path, done)
     with prepared_data(sc, master, network, rdd, element_counts) as train_one_epoch:
         for epoch in range(done + 1, epochs + 1):
             started = time.monotonic()
@@ -189,9 +205,10 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
                 metrics.update(validation_metrics(spark_network, validation_data))
             history.append(EpochRecord(epoch, metrics, time.monotonic() - started))
             stop = any([_stop_requested(callback, epoch, metrics) for callback in callbacks])
-            if checkpoint_dir is not None:
-                checkpoints.save(sc, checkpoint_dir, network, master, epoch,
+            if run is not None:
+                checkpoints.save(sc, run.directory, network, master, epoch,
                                  [(r.epoch, r.metrics) for r in history], stopped=stop)
+                runs.mark_latest(checkpoint_dir, run.run_id)
             if stop:
                 log.info("a callback stopped the fit after epoch %d", epoch)
                 break

@@ -19,6 +19,8 @@ import numpy as np
 from psrv.nn.protocol import TrainableNetwork
 from psrv.server import Controller
 from psrv.spark.config import VoidConfiguration
+from psrv.spark.errors import SparkConfigError
+from psrv.transport.errors import TransportConfigError
 from psrv.transport.keys import generate_keys
 
 if TYPE_CHECKING:
@@ -89,22 +91,41 @@ _GAUGES = frozenset({"node_id", "mesh_version", "params_sum", "params_abs_sum", 
 
 def start_controller(conf: VoidConfiguration, spark_context: SparkContext, network: TrainableNetwork,
                      kept: bool) -> LiveController:
-    """A controller holding ``network``'s parameters and updater state (keys generated when secure)."""
+    """A controller holding ``network``'s parameters and updater state (keys generated when secure),
+    bound on the first free port of ``conf.unicast_port`` (any free port by default)."""
     keys = None
     if conf.secure:
         keys = generate_keys()
     host = conf.controller_host(spark_context.getConf().get("spark.driver.host"))
-    controller = Controller(
-        conf.transport_config(host=host, port=conf.unicast_port, keys=keys),
-        np.array(network.params, copy=True),
-        updater_state=np.array(network.updater_state, copy=True),
-    )
-    controller.start()
+    controller = _bind(conf, host, keys, network)
     address = conf.advertised_address(controller.address)
     log.info("gradient sharing: controller on %s (workers dial %s), mesh %s, %s%s", controller.address,
              address, conf.mesh_build_mode, "CurveZMQ" if keys else "no encryption",
              ", kept for every epoch of this fit" if kept else "")
     return LiveController(controller, address, keys, kept, handed=np.array(network.params, copy=True))
+
+
+def _bind(conf: VoidConfiguration, host: str, keys: Any, network: TrainableNetwork) -> Controller:
+    """Start a controller on the first port of ``conf.controller_ports()`` nobody else listens on."""
+    ports = conf.controller_ports()
+    for port in ports:
+        controller = Controller(
+            conf.transport_config(host=host, port=port, keys=keys),
+            np.array(network.params, copy=True),
+            updater_state=np.array(network.updater_state, copy=True),
+        )
+        try:
+            return controller.start()
+        except TransportConfigError as exc:
+            if "in use" not in str(exc):
+                raise
+            log.debug("controller port %d on %s is taken: %s", port, host, exc)
+    taken = f"port {ports[0]} is" if len(ports) == 1 else f"every port of {conf.unicast_port} is"
+    raise SparkConfigError(
+        f"the gradient-sharing controller cannot listen on {host}: {taken} already in use (another fit "
+        "or program on this driver host): set VoidConfiguration(unicast_port=0) for any free port (the "
+        "default; the tasks are told the port), another port, or a range such as unicast_port=(40100, "
+        "40199)")
 
 
 __all__ = ["LiveController", "start_controller"]

@@ -71,6 +71,7 @@ class SparkNetwork:
         self.label_col = label_col
         self.check_data = bool(check_data)
         self.history: list[Any] = []  # an epochs.EpochRecord per epoch of the last multi-epoch fit
+        self.run_id: str | None = None  # the run the last fit with a checkpoint_dir wrote to
 
     def __repr__(self) -> str:
         return f"SparkNetwork({self.network!r}, training_master={self.training_master!r})"
@@ -97,16 +98,19 @@ class SparkNetwork:
 
     # -- training -----------------------------------------------------------------------------------
     def fit(self, data: Any, epochs: int = 1, validation_data: Any = None, callbacks: Sequence[Any] = (),
-            checkpoint_dir: str | None = None, resume: bool = False, *, loggers: Any = None,
-            progress: bool | None = None) -> Any:
+            checkpoint_dir: str | None = None, resume: bool = False, *, run_id: str | None = None,
+            loggers: Any = None, progress: bool | None = None) -> Any:
         """Train on an RDD of DataSets (or a DataFrame with feature and label columns); returns the network.
 
         One call trains ``epochs`` epochs on data exported (or cached) once. After each epoch the driver's
         network (the master copy) is evaluated on ``validation_data`` (``val_accuracy``, ``val_f1`` ... or
         ``val_mse``, ``val_r2`` ...), the metrics (with the training ``loss``) go to each callback's
         ``on_epoch_end(epoch, metrics)`` (True stops the fit; e.g. ``EarlyStopping``) and a checkpoint is
-        written to ``checkpoint_dir`` (local path or Hadoop-FS URI). ``resume=True`` first loads the newest
-        checkpoint there and trains the epochs still missing to reach ``epochs``. ``self.history`` holds
+        written to ``checkpoint_dir/<run_id>`` (local path or Hadoop-FS URI; ``run_id`` default: a fresh
+        id, logged at start and kept in ``self.run_id``; a fit never writes into another run's directory).
+        ``resume=True`` first loads the newest checkpoint of run ``run_id`` (default: the run that wrote
+        the last checkpoint under ``checkpoint_dir``) and trains the epochs still missing to reach
+        ``epochs``. ``self.history`` holds
         one record (epoch, metrics, seconds) per epoch. ``loggers``: metrics sinks for this call, besides
         the master's (see psrv.spark.observe.metrics); ``progress``: live progress on stderr (default: the
         master's).
@@ -114,8 +118,10 @@ class SparkNetwork:
         master = self._master()
         shipping.check_network(self.network, self.spark_context)  # before anything touches the data
         rdd = self._as_rdd(data)
+        preflight.check_environment(self.spark_context)  # the first job: the executors can run psrv
         profile = self._check_before_training(rdd)
-        plain = validation_data is None and not callbacks and checkpoint_dir is None and not resume
+        plain = validation_data is None and not callbacks and checkpoint_dir is None and not resume \
+            and run_id is None
         with watching(master, loggers, progress):
             if epochs == 1 and plain:
                 with worker_errors("fit"):  # one epoch, exactly as the training master trains it
@@ -124,7 +130,7 @@ class SparkNetwork:
             counts = profile.element_counts() if profile is not None else None
             with worker_errors("fit"):
                 self.history = run_epochs(self, rdd, epochs, validation_data, callbacks, checkpoint_dir,
-                                          resume, element_counts=counts)
+                                          resume, element_counts=counts, run_id=run_id)
         return self.network
 
     def fit_paths(self, paths_rdd: RDD, loader: Any | None = None, *, loggers: Any = None,
@@ -133,6 +139,7 @@ class SparkNetwork:
         master = self._master()
         shipping.check_loader(loader, self.spark_context)
         shipping.check_network(self.network, self.spark_context)
+        preflight.check_environment(self.spark_context)
         with watching(master, loggers, progress), worker_errors("fit_paths"):
             master.execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
         return self.network
@@ -149,6 +156,7 @@ class SparkNetwork:
         repartitioned = needs_repartition(master.repartition, rdd.getNumPartitions(), workers)
         preflight.check_batch_fits(int(master.batch_size_per_worker), profile, workers, repartitioned)
         preflight.check_sample(self.network, profile.sample, self.label_col)
+        preflight.check_finite_data(profile)
         return profile
 
     def get_network(self) -> TrainableNetwork:

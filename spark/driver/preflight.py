@@ -10,8 +10,9 @@ rather than clamping silently, because a clamped batch changes the optimisation 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,10 +20,13 @@ from psrv.nn.data import MultiDataSet
 from psrv.nn.protocol import MultiIONetwork, TrainableNetwork, is_multi_io
 from psrv.nn.torch_shapes import labels_fit, shape_fits
 from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.task.environment import describe_python, environment_probe
 from psrv.spark.task.profile import profile_partition
 
 if TYPE_CHECKING:
-    from pyspark import RDD
+    from pyspark import RDD, SparkContext
+
+_CHECKED_APPLICATIONS: set[str] = set()  # Spark applications whose executors passed the environment check
 
 
 def check_columns(columns: Sequence[str], features_col: str, label_col: str) -> None:
@@ -41,6 +45,7 @@ class DataProfile:
 
     element_sizes: list[list[int]]
     sample: Any | None  # a DataSet of up to SAMPLE_ROWS examples
+    non_finite: list[Any] = field(default_factory=list)  # per partition: its first NaN/inf, or None
 
     def element_counts(self) -> list[int]:
         """Elements (DataSets) per partition: lets the balanced repartitioning skip its counting job."""
@@ -67,8 +72,19 @@ class DataProfile:
 def profile(rdd: RDD) -> DataProfile:
     """One light pass over an RDD of DataSets: element sizes per partition and a sample."""
     parts = rdd.mapPartitions(profile_partition).collect()
-    sample = next((s for _, s in parts if s is not None), None)
-    return DataProfile([sizes for sizes, _ in parts], sample)
+    sample = next((s for _, s, _ in parts if s is not None), None)
+    return DataProfile([sizes for sizes, _, _ in parts], sample, [bad for _, _, bad in parts])
+
+
+def check_finite_data(data: DataProfile) -> None:
+    """Refuse data holding NaN/inf before training, naming the partition, the row and the column."""
+    for partition, found in enumerate(data.non_finite):
+        if found is not None:
+            row, what, index, value = found
+            raise SparkInputError(
+                f"the data holds a non-finite value ({value}) in the {what} of row {row} of partition "
+                f"{partition} (index {list(index)} within the row): training would turn the network into "
+                "NaN; remove or impute NaN/inf first (e.g. DataFrame.na.drop() or na.fill())")
 
 
 def check_batch_fits(batch_size: int, data: DataProfile, workers: int, repartitioned: bool) -> None:
@@ -194,5 +210,56 @@ def check_multi_sample(network: TrainableNetwork, sample: Any) -> None:
             f"{type(exc).__name__}: {first}; check input_shape against the data and the module") from exc
 
 
-__all__ = ["DataProfile", "check_batch_fits", "check_columns", "check_multi_sample", "check_sample",
-           "profile"]
+def _python_line(found: dict[str, Any]) -> str:
+    return f"Python {found.get('python')} at {found.get('executable')}"
+
+
+def environment_differences(driver: dict[str, Any], executor: dict[str, Any]) -> list[str]:
+    """What the executor's interpreter lacks or runs in another version than the driver's."""
+    differences = []
+    if executor.get("psrv") is None:
+        differences.append(f"psrv cannot be imported there ({executor.get('psrv_error')})")
+    elif executor["psrv"] != driver.get("psrv"):
+        differences.append(f"psrv {executor['psrv']} there, {driver.get('psrv')} on the driver")
+    if str(executor.get("python", "")).split(".")[:2] != str(driver.get("python", "")).split(".")[:2]:
+        differences.append(f"Python {executor.get('python')} there, {driver.get('python')} on the driver")
+    if driver.get("torch") is not None and executor.get("torch") != driver["torch"]:
+        there = executor.get("torch") or f"none ({executor.get('torch_error')})"
+        differences.append(f"torch {there} there, {driver['torch']} on the driver")
+    return differences
+
+
+def _environment_fix(driver: dict[str, Any]) -> str:
+    return (f"point the executors at the driver's environment: export PYSPARK_PYTHON={driver['executable']} "
+            "before starting Python or spark-submit (or set spark.pyspark.python), or on a cluster ship the "
+            "packed environment (README, Running on a cluster: venv-pack, --archives ...#environment, "
+            "spark.pyspark.python=./environment/bin/python)")
+
+
+def check_environment(spark_context: SparkContext) -> None:
+    """Before the first job of an application: its executors import psrv and run the same psrv, Python
+    and torch as the driver (a one-task job; psrv-free, so it runs whatever the executors have).
+    Refused with which Python they run, what differs and how to point them at the driver's
+    environment, instead of a ``ModuleNotFoundError`` deep in a failed training job."""
+    application = str(spark_context.applicationId)
+    if application in _CHECKED_APPLICATIONS:
+        return
+    modules = ("psrv", "torch") if "torch" in sys.modules else ("psrv",)  # torch: where the driver uses it
+    driver = describe_python(modules)
+    try:
+        found = spark_context.parallelize([0], 1).mapPartitions(environment_probe(modules)).collect()
+    except Exception as exc:  # noqa: BLE001 - an executor that cannot even run the probe
+        first = (str(exc).strip().splitlines() or [repr(exc)])[0][:300]
+        raise SparkConfigError(f"the Spark executors could not run a Python task ({first}); "
+                               f"{_environment_fix(driver)}") from exc
+    executor = found[0] if found else driver
+    differences = environment_differences(driver, executor)
+    if differences:
+        raise SparkConfigError(
+            f"the Spark executors run {_python_line(executor)} and the driver {_python_line(driver)}: "
+            f"{'; '.join(differences)}. To fix it, {_environment_fix(driver)}")
+    _CHECKED_APPLICATIONS.add(application)
+
+
+__all__ = ["DataProfile", "check_batch_fits", "check_columns", "check_environment", "check_finite_data",
+           "check_multi_sample", "check_sample", "environment_differences", "profile"]

@@ -13,6 +13,7 @@ keys, the master copy) for the whole call (``controller_for_call``, psrv.spark.d
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,13 +36,16 @@ from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
     ControllerUnreachableError,
     SparkConfigError,
+    SparkError,
     SparkInputError,
     TrainingJobError,
+    UserCodeError,
 )
 from psrv.spark.observe.metrics import check_loggers, publish_shared_fit
 from psrv.spark.observe.progress import LiveProgress, check_progress
 from psrv.spark.observe.worker_logs import relay_worker_logs
 from psrv.spark.payload import NetworkPayload, add_buffers, lineage, mean_buffers, set_counters
+from psrv.spark.task.failures import fatal_report
 from psrv.spark.task.prefetch import check_prefetch_num_batches
 from psrv.spark.task.results import WorkerResult
 from psrv.spark.task.setup import WorkerSetup
@@ -58,6 +62,7 @@ _DRAIN_MIN_S = 2.0
 # fails it first. A task's Python worker may take tens of seconds to start and import torch on a busy
 # executor, after Spark counts the task as started; the watchdog leaves it that long.
 _TASK_STARTUP_SLACK_S = 60.0
+_FATAL_POLL_S = 0.5  # how often the driver looks for a task's fatal error in the heartbeats
 
 
 class SharedTrainingMaster:
@@ -213,11 +218,13 @@ class SharedTrainingMaster:
         started = time.time()
         try:
             job = data.mapPartitions(self.task_trainer(broadcast, loader))
-            with LiveProgress.for_controller(controller, self.progress,
-                                             description=f"psrv fit (epoch {int(network.epoch)})") as shown:
+            epoch = int(network.epoch) + 1  # 1-based, as the history and the checkpoint names count
+            with LiveProgress.for_controller(controller, self.progress, epoch=epoch,
+                                             description=f"psrv fit (epoch {epoch})") as shown:
                 results = self._collect_with_watchdog(spark_context, job, controller, address,
-                                                      live.joins_before)
-                shown.finish_with(sum(r.steps for r in results), sum(r.examples for r in results))
+                                                      live.joins_before, setup.job_id)
+                shown.finish_with(sum(r.steps for r in results), sum(r.examples for r in results),
+                                  len(results))
             sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
             # a kept controller keeps what arrives after the drain for the next epoch: no quiet period
             self._drain(controller, live.applied_before + sent, quiet_s=0.0 if live.kept else _DRAIN_QUIET_S)
@@ -238,8 +245,11 @@ class SharedTrainingMaster:
         return SharingTrainer(setup, loader)
 
     def _collect_with_watchdog(self, spark_context: SparkContext, job: RDD, controller: Any,
-                               address: str, joins_before: int = 0) -> list[WorkerResult]:
-        """Run the job; cancel it if no worker reached the controller within the join timeout."""
+                               address: str, joins_before: int = 0, job_id: str | None = None
+                               ) -> list[WorkerResult]:
+        """Run the job; cancel it if no worker reached the controller within the join timeout, or as soon
+        as a task reports a fatal error (the user's code raised, a NaN): Spark's retries would only
+        raise it again, each after a task's start-up."""
         group = f"psrv-shared-{uuid.uuid4().hex[:8]}"
         outcome: dict[str, Any] = {}
 
@@ -254,8 +264,16 @@ class SharedTrainingMaster:
         thread.start()
         clock = TaskStartClock(spark_context, group)  # the join timeout counts from the tasks' start
         unreachable = False
+        fatal: str | None = None
+        next_look = time.monotonic()
         while thread.is_alive():
             thread.join(0.25)
+            if fatal is None and job_id is not None and thread.is_alive() and time.monotonic() >= next_look:
+                next_look = time.monotonic() + _FATAL_POLL_S
+                with contextlib.suppress(Exception):  # a busy controller: look again next time
+                    fatal = fatal_report(controller.node_stats(), job_id)
+                if fatal is not None:
+                    spark_context.cancelJobGroup(group)
             tasks_started = clock.started()
             if not unreachable and tasks_started is not None \
                     and time.monotonic() > tasks_started + self.conf.join_timeout_ms / 1000.0 \
@@ -264,6 +282,8 @@ class SharedTrainingMaster:
                 unreachable = True
                 spark_context.cancelJobGroup(group)
         thread.join()
+        if fatal is not None and "error" in outcome:
+            raise _fatal_error(fatal) from outcome["error"]
         if unreachable or (controller.counters_["joins"] == joins_before and "error" in outcome
                            and "ControllerUnreachableError" in str(outcome["error"])):
             raise ControllerUnreachableError(
@@ -385,6 +405,15 @@ def _accounting(job_id: str, results: list[WorkerResult], sent: int,
         "updates_applied_by_failed_attempts": by_failed,
         "retried_partitions": sorted(retried),
     }
+
+
+def _fatal_error(report: str) -> SparkError:
+    """The error a task reported in its heartbeat, as its own class (the user's exception first)."""
+    name, _, message = report.partition(": ")
+    cls = {"UserCodeError": UserCodeError, "SparkInputError": SparkInputError}.get(name)
+    text = (f"{message}\n  (a task failed with it; psrv cancelled the job at this first failure instead of "
+            "letting Spark retry: a retry would fail the same way)")
+    return cls(text) if cls is not None else TrainingJobError(f"{report}{text[len(message):]}")
 
 
 def _first_line(error: BaseException) -> str:

@@ -57,7 +57,8 @@ class LossAverage:
 
 def report_progress(node: Any, *, partition: int, epoch: int, steps: int, examples: int,
                     loss: float | None) -> None:
-    """On a worker: publish training gauges in the node's heartbeat stats (plain numbers only)."""
+    """On a worker: publish training gauges in the node's heartbeat stats (plain numbers only);
+    ``epoch`` counts from 1, as the history and the checkpoint names do."""
     counters = node.counters_
     gauges = counters.gauges
     gauges["train_partition"] = int(partition)
@@ -98,28 +99,46 @@ class ProgressTracker:
     """Derives a :class:`ProgressView` from successive snapshots (pure: the caller passes the time).
 
     ``nodes``: the controller's ``node_stats()`` (each ``{"state", "stats"}``); ``master``: the
-    controller's counters (``updates_applied``, ``bytes_out``). Rates are over the window since
-    the previous snapshot; the loss is the examples-weighted mean of the workers' moving averages.
+    controller's counters (``updates_applied``, ``bytes_out``). ``epoch`` (1-based): the epoch this
+    job trains; a controller kept for a whole fit still lists the departed nodes of earlier epochs,
+    whose gauges are left out. Steps and examples count each partition once (its furthest attempt:
+    a retried task's first attempt is not added to its retry). Rates are over the window since the
+    previous snapshot; the loss is the examples-weighted mean of the workers' moving averages.
     """
 
-    def __init__(self, start: float) -> None:
+    def __init__(self, start: float, epoch: int | None = None) -> None:
         self.start = start
+        self.epoch = epoch
         self._last: tuple[float, int, int] | None = None  # time, examples, mesh bytes
         self._rates: tuple[float | None, float | None] = (None, None)
 
+    def _this_epoch(self, nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The nodes of this job: those that reported this epoch, or nothing yet and are online."""
+        kept = []
+        for node in nodes:
+            epoch = _num(node.get("stats") or {}, "train_epoch")
+            if self.epoch is None or (epoch is None and node.get("state") == "online") \
+                    or (epoch is not None and int(epoch) == self.epoch):
+                kept.append(node)
+        return kept
+
     def update(self, now: float, nodes: Sequence[Mapping[str, Any]],
                master: Mapping[str, Any]) -> ProgressView:
+        nodes = self._this_epoch(nodes)
         online = 0
         epochs: list[int] = []
-        steps = examples = mesh_bytes = 0
+        mesh_bytes = 0
         loss_weighted = loss_weight = 0.0
-        for node in nodes:
+        furthest: dict[Any, tuple[int, int]] = {}  # partition -> (steps, examples) of its furthest attempt
+        for index, node in enumerate(nodes):
             stats = node.get("stats") or {}
             if node.get("state") == "online":
                 online += 1
             node_examples = _num(stats, "train_examples") or 0.0
-            steps += int(_num(stats, "train_steps") or 0)
-            examples += int(node_examples)
+            partition = _num(stats, "train_partition")
+            key = int(partition) if partition is not None else ("node", index)
+            counted = (int(_num(stats, "train_steps") or 0), int(node_examples))
+            furthest[key] = max(furthest.get(key, (0, 0)), counted)
             mesh_bytes += int(_num(stats, "train_bytes_out") or 0)
             epoch = _num(stats, "train_epoch")
             if epoch is not None:
@@ -129,14 +148,17 @@ class ProgressTracker:
                 weight = max(node_examples, 1.0)
                 loss_weighted += loss * weight
                 loss_weight += weight
+        steps = sum(s for s, _ in furthest.values())
+        examples = sum(e for _, e in furthest.values())
         mesh_bytes += int(_num(master, "bytes_out") or 0)
         if self._last is not None and now > self._last[0]:
             window = now - self._last[0]
             self._rates = (max(0, examples - self._last[1]) / window,
                            max(0, mesh_bytes - self._last[2]) / window)
         self._last = (now, examples, mesh_bytes)
+        epoch_shown = self.epoch if self.epoch is not None else (max(epochs) if epochs else None)
         return ProgressView(
-            workers_online=online, workers_seen=len(nodes), epoch=max(epochs) if epochs else None,
+            workers_online=online, workers_seen=len(furthest), epoch=epoch_shown,
             steps=steps, examples=examples, examples_per_s=self._rates[0],
             loss=loss_weighted / loss_weight if loss_weight else None, mesh_bytes=mesh_bytes,
             mesh_bytes_per_s=self._rates[1], updates_applied=int(_num(master, "updates_applied") or 0),
@@ -160,10 +182,18 @@ def _bytes(value: float) -> str:
     return f"{value:.1f} GB"
 
 
-def format_progress(view: ProgressView) -> str:
-    """One line: ``2 workers online | epoch 0 | 1,234 ex/s | loss 0.4123 | mesh 1.2 MB/s | ...``."""
-    parts = [f"{view.workers_online} worker{'s' if view.workers_online != 1 else ''} online"
-             + (f" ({view.workers_seen} seen)" if view.workers_seen != view.workers_online else "")]
+def _workers(count: int) -> str:
+    return f"{count} worker{'s' if count != 1 else ''}"
+
+
+def format_progress(view: ProgressView, final: bool = False) -> str:
+    """One line: ``2 workers online | epoch 1 | 1,234 ex/s | loss 0.4123 | mesh 1.2 MB/s | ...``; the
+    closing line (``final``) names the workers that trained this epoch (all have left by then)."""
+    if final:
+        parts = [_workers(view.workers_seen)]
+    else:
+        parts = [f"{_workers(view.workers_online)} online"
+                 + (f" ({view.workers_seen} seen)" if view.workers_seen > view.workers_online else "")]
     parts.append(f"epoch {view.epoch}" if view.epoch is not None else "epoch -")
     parts.append(f"{view.steps:,} steps, {view.examples:,} examples")
     parts.append(f"{view.examples_per_s:,.0f} ex/s" if view.examples_per_s is not None else "- ex/s")
@@ -184,7 +214,7 @@ class LiveProgress:
     def __init__(self, source: Callable[[], tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]], *,
                  enabled: bool = True, stream: TextIO | None = None, interval_s: float = 1.0,
                  log_every_s: float = 10.0, description: str = "psrv fit",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, epoch: int | None = None) -> None:
         self.source = source
         self.enabled = bool(enabled)
         self.stream = stream if stream is not None else sys.stderr
@@ -192,17 +222,18 @@ class LiveProgress:
         self.log_every_s = log_every_s
         self.description = description
         self.clock = clock
-        self.tracker = ProgressTracker(clock())
+        self.tracker = ProgressTracker(clock(), epoch)
         self.last_view: ProgressView | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar: Any = None
         self._last_line = -math.inf
-        self._final: tuple[int, int] | None = None
+        self._final: tuple[int, int, int] | None = None
 
     @classmethod
     def for_controller(cls, controller: Any, setting: Any = True, **kwargs: Any) -> LiveProgress:
-        """Progress of the fit whose controller this is; ``setting`` as :func:`check_progress` takes."""
+        """Progress of the fit whose controller this is; ``setting`` as :func:`check_progress` takes;
+        ``epoch=`` (1-based) the epoch the job trains."""
         def source() -> tuple[list[dict[str, Any]], dict[str, Any]]:
             return controller.node_stats(), controller.counters_.snapshot()
 
@@ -235,10 +266,11 @@ class LiveProgress:
             self._write(f"{self.description}: {line}")
         return view
 
-    def finish_with(self, steps: int, examples: int) -> None:
+    def finish_with(self, steps: int, examples: int, workers: int | None = None) -> None:
         """The job's own totals (its tasks' results) for the closing line: a short epoch can end before
-        any worker's heartbeat carried its counts to the controller, which would read "0 steps"."""
-        self._final = (int(steps), int(examples))
+        any worker's heartbeat carried its counts to the controller, which would read "0 steps", and
+        the results are exact where the beats lag behind."""
+        self._final = (int(steps), int(examples), -1 if workers is None else int(workers))
 
     def _write(self, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -272,8 +304,16 @@ class LiveProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if view is not None and self._final is not None:
-            view = dataclasses.replace(view, steps=max(view.steps, self._final[0]),
-                                       examples=max(view.examples, self._final[1]))
-        if view is not None:
-            self._write(f"{self.description} done: {format_progress(self.tracker.overall(view))}")
+        if exc[0] is not None:
+            reason = (str(exc[1]).strip().splitlines() or [""])[0][:300]
+            self._write(f"{self.description} failed: {exc[0].__name__}: {reason}")
+            return
+        if view is None:  # the controller never answered
+            if self._final is None:
+                return
+            view = self.tracker.update(self.clock(), [], {})
+        if self._final is not None:
+            steps, examples, workers = self._final
+            view = dataclasses.replace(view, steps=steps, examples=examples,
+                                       workers_seen=workers if workers >= 0 else view.workers_seen)
+        self._write(f"{self.description} done: {format_progress(self.tracker.overall(view), final=True)}")

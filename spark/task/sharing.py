@@ -20,6 +20,7 @@ from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
 from psrv.spark.payload import buffers_of
 from psrv.spark.task.device import DeviceSharing, wants_device_sharing
+from psrv.spark.task.failures import check_finite, report_fatal, step_error
 from psrv.spark.task.node import start_node, wait_acknowledged
 from psrv.spark.task.prefetch import PrefetchingIterator
 from psrv.spark.task.replica import check_replica
@@ -109,6 +110,9 @@ class SharingTask:
                     if on_step is not None:
                         on_step(self.steps)
             self._before_leaving()
+        except BaseException as exc:  # a fatal one reaches the driver in the heartbeat before we leave
+            report_fatal(self.node, self.setup.job_id, exc, self.setup.transport.heartbeat_s)
+            raise
         finally:
             leave_start = self.events.now()
             self.node.stop()
@@ -119,8 +123,15 @@ class SharingTask:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
         network, events = self.network, self.events
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
-        update, loss = compute(batch.features, batch.labels, batch.labels_mask,
-                               **step_arguments(compute, features_mask_of(batch)))
+        check_finite(batch, self.part, self.examples)
+        try:
+            update, loss = compute(batch.features, batch.labels, batch.labels_mask,
+                                   **step_arguments(compute, features_mask_of(batch)))
+        except Exception as exc:  # noqa: BLE001 - classified: psrv's, a NaN loss, or the user's code
+            raised = step_error(exc, self.part, self.examples, batch.num_examples)
+            if raised is exc:
+                raise
+            raise raised from exc
         encode_start = events.now()
         message = self.encoder.encode_update(update)
         encode_end = events.now()
@@ -137,7 +148,7 @@ class SharingTask:
         self.steps += 1
         self.examples += batch.num_examples
         self.loss_sum += float(loss) * batch.num_examples
-        report_progress(self.node, partition=self.part, epoch=int(network.epoch), steps=self.steps,
+        report_progress(self.node, partition=self.part, epoch=int(network.epoch) + 1, steps=self.steps,
                         examples=self.examples, loss=self.loss_average.add(float(loss)))
 
     def _submit(self, message: Any) -> int:

@@ -108,3 +108,38 @@ def test_the_daemons_use_keys_by_default(cluster, tmp_path, monkeypatch) -> None
     with pytest.raises(JoinError):
         Node(TransportConfig(join_timeout_s=1.5), np.zeros(100, np.float32), address).start()
     assert "WITHOUT keys" not in proc.stderr() + node.stderr()
+
+
+@pytest.mark.timeout(120)
+def test_status_and_node_meeting_other_security_settings_say_which_flag_at_once(tmp_path) -> None:
+    """A keyed `psrv status`/`psrv node` against an --insecure controller (and the reverse) used to wait
+    out the whole timeout and blame reachability; the refused handshake is now named with its flag."""
+    from psrv.transport.keys import generate_keys, write_keys
+
+    keys = tmp_path / "keys"
+    write_keys(generate_keys(), keys)
+    with Controller(TransportConfig(), np.zeros(10, np.float32)) as insecure:
+        started = time.monotonic()
+        keyed = psrv("status", insecure.address, "--keys", str(keys), "--timeout", "30")
+        node = psrv("node", "--controller", insecure.address, "--keys", str(keys), "--join-timeout", "30")
+        assert time.monotonic() - started < 20  # two interpreters' start-up, not two 30 s timeouts
+    assert keyed.returncode == 1 and "runs without keys (--insecure)" in keyed.stderr, keyed.stderr
+    assert node.returncode != 0 and "pass --insecure here too" in node.stderr, node.stderr
+    with Controller(TransportConfig(keys_dir=str(keys)), np.zeros(10, np.float32)) as secure:
+        started = time.monotonic()
+        plain = psrv("status", secure.address, "--insecure", "--timeout", "30")
+        other = tmp_path / "other"
+        write_keys(generate_keys(), other)
+        wrong = psrv("status", secure.address, "--keys", str(other), "--timeout", "30")
+        assert time.monotonic() - started < 20
+        assert psrv("status", secure.address, "--keys", str(keys)).returncode == 0  # the right keys work
+    assert plain.returncode == 1 and "pass --keys DIR" in plain.stderr, plain.stderr
+    assert wrong.returncode == 1 and "refused the CurveZMQ handshake" in wrong.stderr, wrong.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_controller_port_in_use_names_the_option(tmp_path) -> None:
+    with Controller(TransportConfig(), np.zeros(10, np.float32)) as taken:
+        port = taken.address.rsplit(":", 1)[1]
+        result = psrv("controller", "--port", port, "--params", "10", "--insecure")
+    assert result.returncode == 2 and "in use" in result.stderr and "--port 0" in result.stderr, result.stderr

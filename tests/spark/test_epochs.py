@@ -81,7 +81,7 @@ def test_callback_and_early_stopping_stop_the_fit(spark_context, small) -> None:
 
 
 def test_checkpoint_per_epoch_and_resume_continue_from_the_checkpointed_state(spark_context, small,
-                                                                             tmp_path) -> None:
+                                                                             tmp_path, caplog) -> None:
     """Kill after epoch 2, resume to 3 epochs. What is asserted exactly: the resumed network starts from
     the checkpoint bit for bit (parameters, updater state, counters) and trains only the missing epoch.
     Not asserted here: equality with an uninterrupted run. On local[2] a resumed parameter-averaging run
@@ -89,29 +89,56 @@ def test_checkpoint_per_epoch_and_resume_continue_from_the_checkpointed_state(sp
     runs already differ (up to 0.03 in a parameter after one epoch between the first and a later run of
     a session), so the comparison would test Spark's executors, not the resume."""
     train, validation, _ = small
-    directory = str(tmp_path / "run")
+    directory = str(tmp_path / "ckpt")
     stopped = _network(7)  # the driver "dies" after epoch 2: only its checkpoints remain
-    SparkNetwork(spark_context, stopped, _averaging()).fit(train, epochs=2, checkpoint_dir=directory,
-                                                           validation_data=validation)
-    assert newest(None, directory).endswith("checkpoint-000002.psrvckpt")
-    saved = _checkpointed(tmp_path / "run", 2)
+    first = SparkNetwork(spark_context, stopped, _averaging())
+    first.fit(train, epochs=2, checkpoint_dir=directory, validation_data=validation)
+    run_dir = tmp_path / "ckpt" / first.run_id  # each run in its own directory
+    assert newest(None, str(run_dir)).endswith("checkpoint-000002.psrvckpt")
+    saved = _checkpointed(run_dir, 2)
     np.testing.assert_array_equal(saved.params, stopped.params)
     np.testing.assert_array_equal(saved.updater_state, stopped.updater_state)
 
-    resumed = _network(7)  # a new driver with a fresh network resumes
+    # a second fit in the same checkpoint_dir is a run of its own: the first run's checkpoints stay
+    written = (run_dir / "checkpoint-000002.psrvckpt").read_bytes()
+    other = SparkNetwork(spark_context, _network(9), _averaging())
+    other.fit(train, epochs=1, checkpoint_dir=directory)
+    assert other.run_id != first.run_id and (run_dir / "checkpoint-000002.psrvckpt").read_bytes() == written
+
+    resumed = _network(7)  # a new driver with a fresh network resumes the run it names
     master = _averaging()
     spark_net = SparkNetwork(spark_context, resumed, master)
-    spark_net.fit(train, epochs=3, checkpoint_dir=directory, validation_data=validation, resume=True)
+    spark_net.fit(train, epochs=3, checkpoint_dir=directory, validation_data=validation, resume=True,
+                  run_id=first.run_id)
+    assert spark_net.run_id == first.run_id
     assert resumed.epoch == 3 and [r.epoch for r in spark_net.history] == [1, 2, 3]
     assert "val_accuracy" in spark_net.history[0].metrics  # the history of the first run came back too
     rounds = [e for e in master.training_stats if e["kind"] == "averaging"]
     assert {e["round"] for e in rounds} == set(range(len(rounds)))  # one epoch's rounds, no more
     assert resumed.iteration == stopped.iteration * 3 // 2  # epoch 3 added one epoch's steps
     assert not np.array_equal(resumed.params, stopped.params)
-    # resuming a finished run trains nothing more
+    # resuming without run_id takes the run that wrote the last checkpoint (this one), finished: it
+    # trains nothing more and says so at WARNING
     before = resumed.params.copy()
-    spark_net.fit(train, epochs=3, checkpoint_dir=directory, resume=True)
+    with caplog.at_level("WARNING", logger="psrv.spark.driver.epochs"):
+        spark_net.fit(train, epochs=3, checkpoint_dir=directory, resume=True)
     np.testing.assert_array_equal(resumed.params, before)
+    assert spark_net.run_id == first.run_id and "nothing left to train" in caplog.text
+
+
+def test_resuming_an_early_stopped_run_warns_that_nothing_is_left(spark_context, small, tmp_path,
+                                                                  caplog) -> None:
+    train, _, _ = small
+    network = _network(10)
+    spark_net = SparkNetwork(spark_context, network, _averaging())
+    spark_net.fit(train, epochs=4, callbacks=[lambda epoch, metrics: epoch >= 1],
+                  checkpoint_dir=str(tmp_path))
+    assert network.epoch == 1
+    with caplog.at_level("WARNING", logger="psrv.spark.driver.epochs"):
+        spark_net.fit(train, epochs=4, checkpoint_dir=str(tmp_path), resume=True)
+    assert network.epoch == 1
+    assert any(r.levelname == "WARNING" and "early stopping" in r.getMessage()
+               and "nothing left to train" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("approach", ["export", "direct"])

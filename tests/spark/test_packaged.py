@@ -107,10 +107,10 @@ def packed_environment(tmp_path_factory) -> Iterator[dict[str, Path]]:
     _run([sys.executable, "-m", "venv", venv], cwd=work, env=env)
     # the torch the tests run with (pip's cache or the local CPU wheel), never a different build
     torch_pin = f"torch=={metadata.version('torch')}"
-    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", f"{wheels[0]}[torch]", torch_pin],
-         cwd=work, env=env)
+    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", f"{wheels[0]}[torch,parquet,cluster]",
+          torch_pin], cwd=work, env=env)
     archive = work / "psrv-env.tar.gz"
-    venv_pack = Path(sys.executable).with_name("venv-pack")
+    venv_pack = venv / "bin" / "venv-pack"  # README's recipe: the environment's own (the `cluster` extra)
     _run([venv_pack, "-p", venv, "-o", archive, "--compress-level", "1", "-q", *PACK_EXCLUDES],
          cwd=work, env=env)
     try:

@@ -16,8 +16,11 @@ from psrv.spark.observe.progress import (
 from psrv.transport.counters import Counters
 
 
-def _node(state: str, steps: int, examples: int, loss: float | None, out: int, epoch: int = 3) -> dict:
+def _node(state: str, steps: int, examples: int, loss: float | None, out: int, epoch: int = 3,
+          partition: int | None = None) -> dict:
     stats = {"train_steps": steps, "train_examples": examples, "train_bytes_out": out, "train_epoch": epoch}
+    if partition is not None:
+        stats["train_partition"] = partition
     if loss is not None:
         stats["train_loss"] = loss
     return {"state": state, "stats": stats}
@@ -98,7 +101,7 @@ def test_live_progress_writes_plain_lines_off_a_terminal_and_a_closing_line() ->
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[0].startswith("fit: 1 worker online")
-    assert lines[1].startswith("fit done: 1 worker online") and "master applied 4 updates" in lines[1]
+    assert lines[1].startswith("fit done: 1 worker |") and "master applied 4 updates" in lines[1]
 
 
 def test_live_progress_off_writes_nothing_and_survives_a_failing_source() -> None:
@@ -143,3 +146,34 @@ def test_the_closing_line_counts_the_jobs_totals_when_no_beat_carried_them() -> 
     closing = stream.getvalue().splitlines()[-1]
     assert closing.startswith("fit done:") and "40 steps, 640 examples" in closing
     assert "320 ex/s" in closing
+
+
+def test_a_later_epoch_counts_its_own_workers_and_each_partition_once() -> None:
+    """A controller kept for a whole fit still lists the departed nodes of earlier epochs, and a retried
+    task's first attempt: epoch 2 of 2 partitions x 30 steps must read 60 steps (it read 260 before),
+    2 workers, epoch 2, and its closing line must not say "0 workers online (6 seen)"."""
+    nodes = [_node("left", 100, 1600, 1.0, 0, epoch=1, partition=0),
+             _node("left", 100, 1600, 1.0, 0, epoch=1, partition=1),
+             _node("offline", 12, 192, 1.0, 0, epoch=2, partition=0),  # the failed first attempt
+             _node("online", 30, 480, 1.0, 0, epoch=2, partition=0),
+             _node("online", 30, 480, 1.0, 0, epoch=2, partition=1)]
+    view = ProgressTracker(0.0, epoch=2).update(1.0, nodes, {})
+    seen = (view.epoch, view.steps, view.examples, view.workers_online, view.workers_seen)
+    assert seen == (2, 60, 960, 2, 2)
+    clock, stream = _Clock(), io.StringIO()
+    left = [dict(n, state="left") for n in nodes]
+    with LiveProgress(lambda: (left, {}), stream=stream, interval_s=3600, clock=clock, description="fit",
+                      epoch=2):
+        clock.now = 1.0
+    closing = stream.getvalue().splitlines()[-1]
+    assert closing.startswith("fit done: 2 workers | epoch 2 | 60 steps, 960 examples"), closing
+
+
+def test_a_failed_job_closes_with_failed_and_its_reason() -> None:
+    import pytest
+
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError), LiveProgress(lambda: ([], {}), stream=stream, interval_s=3600,
+                                                   description="fit"):
+        raise RuntimeError("the module's forward raised\nmore lines")
+    assert stream.getvalue().splitlines() == ["fit failed: RuntimeError: the module's forward raised"]

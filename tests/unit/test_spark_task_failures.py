@@ -1,0 +1,82 @@
+"""A task's fatal failures (the row they happened at, the user's code) and the driver's environment check,
+without Spark: the pure parts of psrv.spark.task.failures and psrv.spark.driver.preflight."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from psrv.nn.errors import NonFiniteLossError
+from psrv.spark.driver import preflight
+from psrv.spark.driver.shared_training import _fatal_error
+from psrv.spark.errors import SparkInputError, UserCodeError
+from psrv.spark.task import failures
+from psrv.spark.task.environment import describe_python, environment_probe
+from psrv.transport.counters import Counters
+
+
+def test_a_non_finite_value_is_named_by_its_row_in_the_partition() -> None:
+    features = np.zeros((4, 3), np.float32)
+    features[2, 1] = np.nan
+    assert failures.first_non_finite(features) == (2, (1,), pytest.approx(np.nan, nan_ok=True))
+    assert failures.first_non_finite([np.ones((2, 2)), np.array([[0.0], [np.inf]])])[0] == 1
+    assert failures.first_non_finite(np.arange(4)) is None  # integers hold no NaN
+    batch = SimpleNamespace(features=features, labels=np.zeros((4, 2)))
+    with pytest.raises(SparkInputError, match=r"nan in the features of row 102 of partition 3 .*index \[1\]"):
+        failures.check_finite(batch, partition=3, first_row=100)
+
+
+def test_a_step_error_is_the_users_own_exception_first() -> None:
+    raised = failures.step_error(ValueError("boom from forward\nsecond line"), 1, 64, 32)
+    assert isinstance(raised, UserCodeError)
+    assert str(raised).startswith("ValueError: boom from forward (raised by the network's own code")
+    assert "rows 64..95 of partition 1" in str(raised)
+    nan = failures.step_error(NonFiniteLossError("loss is nan at iteration 3"), 0, 0, 16)
+    assert isinstance(nan, SparkInputError) and "rows 0..15 of partition 0" in str(nan)
+    own = SparkInputError("psrv's own")
+    assert failures.step_error(own, 0, 0, 1) is own
+
+
+def test_a_fatal_report_travels_in_the_heartbeat_gauges_and_comes_back_as_its_class() -> None:
+    node = SimpleNamespace(counters_=Counters())
+    failures.report_fatal(node, "job1", UserCodeError("ValueError: boom"), heartbeat_s=0.0)
+    transient = SimpleNamespace(counters_=Counters())
+    failures.report_fatal(transient, "job1", TimeoutError("slow"), 0.0)  # a retry may cure it: not reported
+    assert failures.FATAL_GAUGE not in transient.counters_.snapshot()
+    stats = node.counters_.snapshot()
+    other = {"stats": {failures.JOB_GAUGE: "job0", failures.FATAL_GAUGE: "UserCodeError: old"}}
+    assert failures.fatal_report([other, {"stats": {}}], "job1") is None
+    report = failures.fatal_report([other, {"state": "left", "stats": stats}], "job1")
+    assert report == "UserCodeError: ValueError: boom"
+    error = _fatal_error(report)
+    assert isinstance(error, UserCodeError) and str(error).startswith("ValueError: boom\n")
+    assert "cancelled the job at this first failure" in str(error)
+
+
+def test_the_environment_check_names_what_differs() -> None:
+    driver = describe_python(("psrv",))
+    assert driver["psrv"] is not None and driver["executable"]
+    assert preflight.environment_differences(driver, dict(driver)) == []
+    missing = {"executable": "/usr/bin/python3", "python": "3.9.2", "psrv": None,
+               "psrv_error": "ModuleNotFoundError: No module named 'psrv'"}
+    said = preflight.environment_differences({**driver, "torch": "2.1.0"}, missing)
+    assert said[0] == "psrv cannot be imported there (ModuleNotFoundError: No module named 'psrv')"
+    assert f"Python 3.9.2 there, {driver['python']} on the driver" in said
+    assert "torch none (None) there, 2.1.0 on the driver" in said
+    assert next(environment_probe(("no_such_module_here",))(iter(())))["no_such_module_here"] is None
+
+
+def test_the_profile_finds_the_first_non_finite_row_of_a_partition() -> None:
+    from psrv.nn.data import DataSet
+    from psrv.spark.task.profile import profile_partition
+
+    first = DataSet(np.zeros((5, 2), np.float32), np.eye(2, dtype=np.float32)[[0, 1, 0, 1, 0]])
+    features = np.zeros((5, 2), np.float32)
+    features[3, 0] = np.inf
+    second = DataSet(features, first.labels)
+    sizes, sample, bad = next(profile_partition(iter([first, second])))
+    assert sizes == [5, 5] and sample.num_examples == 2 and bad == (8, "features", [0], np.inf)
+    data = preflight.DataProfile([sizes, [5]], sample, [None, bad])
+    with pytest.raises(SparkInputError, match=r"inf\) in the features of row 8 of partition 1"):
+        preflight.check_finite_data(data)
