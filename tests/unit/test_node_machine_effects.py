@@ -15,7 +15,7 @@ from psrv.server.outside_params import OutsideParams
 from psrv.transport.counters import Counters
 from psrv.transport.events import Apply, Install, Send, Tick
 from psrv.transport.messages import Message, Op
-from test_node_machine import N, TAU, Harness, delta, rows, update
+from test_node_machine import TAU, Harness, N, delta, rows, update
 
 
 class Outside(Harness):
