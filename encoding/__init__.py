@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
     from psrv.encoding.residual_encoder import ResidualEncoder
     from psrv.encoding.stats import EncodingStats, encoding_stats
+    from psrv.encoding.strategies import ResidualPostProcessor, ThresholdAlgorithm
     from psrv.encoding.thresholds import (
         AdaptiveThreshold,
         FixedThreshold,
@@ -56,6 +57,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ResidualEncoder": ("psrv.encoding.residual_encoder", "ResidualEncoder"),
     "EncodingStats": ("psrv.encoding.stats", "EncodingStats"),
     "encoding_stats": ("psrv.encoding.stats", "encoding_stats"),
+    "ThresholdAlgorithm": ("psrv.encoding.strategies", "ThresholdAlgorithm"),
+    "ResidualPostProcessor": ("psrv.encoding.strategies", "ResidualPostProcessor"),
     **{name: ("psrv.encoding.thresholds", name) for name in (
         "AdaptiveThreshold", "FixedThreshold", "TargetSparsityThreshold", "threshold_algorithm_from_state",
     )},
@@ -88,7 +91,9 @@ __all__ = [
     "NonFiniteResidualError",
     "ResidualClipping",
     "ResidualEncoder",
+    "ResidualPostProcessor",
     "TargetSparsityThreshold",
+    "ThresholdAlgorithm",
     "decode",
     "decode_validated",
     "encode",

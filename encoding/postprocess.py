@@ -3,25 +3,20 @@
 ``ResidualClipping(multiple=5.0, every=5)`` clips the residual to +-multiple*tau on every
 ``every``-th step (steps 5, 10, 15, ... by default), so a residual that grows faster than it is sent
 cannot blow up (DL4J's ResidualClippingPostProcessor). ``NoResidualPostProcessor`` leaves it alone.
-Both count steps themselves and serialize that count with their settings.
+Both count steps themselves and serialize that count with their settings. Each meets the
+ResidualPostProcessor Protocol (psrv.encoding.strategies), which a user's own class may meet as well.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from psrv.encoding.codec import float32_threshold
 from psrv.encoding.errors import InvalidStateError
-
-
-@runtime_checkable
-class ResidualPostProcessor(Protocol):
-    def process(self, residual: np.ndarray, threshold: float) -> None: ...
-
-    def get_state(self) -> dict[str, Any]: ...
+from psrv.encoding.strategies import ResidualPostProcessor
 
 
 class NoResidualPostProcessor:
@@ -32,6 +27,10 @@ class NoResidualPostProcessor:
 
     def get_state(self) -> dict[str, Any]:
         return {"type": type(self).__name__}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> NoResidualPostProcessor:
+        return _restored(cls, state)
 
     def __repr__(self) -> str:
         return "NoResidualPostProcessor()"
@@ -68,6 +67,10 @@ class ResidualClipping:
         return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,
                 "steps": self.steps}
 
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ResidualClipping:
+        return _restored(cls, state)
+
     def __repr__(self) -> str:
         return f"ResidualClipping(multiple={self.multiple!r}, every={self.every!r})"
 
@@ -85,6 +88,14 @@ def post_processor_from_state(state: Mapping[str, Any]) -> ResidualClipping | No
             raise InvalidStateError(f"cannot restore ResidualClipping from {dict(state)!r}: {exc}") from None
         return processor
     raise InvalidStateError(f"unknown residual post-processor state {state!r}")
+
+
+def _restored(cls: type, state: Mapping[str, Any]) -> Any:
+    """``post_processor_from_state(state)``, which must be of class ``cls``."""
+    processor = post_processor_from_state(state)
+    if type(processor) is not cls:
+        raise InvalidStateError(f"state is for {type(processor).__name__}, not {cls.__name__}")
+    return processor
 
 
 __all__ = [

@@ -4,30 +4,24 @@ Each has ``threshold`` (the current tau), ``observe(count, n)`` (what the last s
 ``get_state()`` (a msgpack/JSON-able dict naming its class) and the classmethod ``average(states)``
 (the driver averages the workers' states back into one algorithm). ``threshold_algorithm_from_state``
 rebuilds any of them from its state. They hold no clock: a schedule advances once per observed step.
+Each meets the ThresholdAlgorithm Protocol (psrv.encoding.strategies), which a user's own class may
+meet as well.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from psrv.encoding.errors import InvalidStateError
+from psrv.encoding.strategies import ThresholdAlgorithm
 
 #: one step of the adaptive schedules; 20 steps halve (or double) tau, as in DL4J
 DEFAULT_DECAY = 0.5 ** (1 / 20)
 #: tau is kept inside these bounds so it always stays a normal, positive float32
 MIN_THRESHOLD = 1e-30
 MAX_THRESHOLD = 1e30
-
-
-@runtime_checkable
-class ThresholdAlgorithm(Protocol):
-    threshold: float
-
-    def observe(self, count: int, n: int) -> None: ...
-
-    def get_state(self) -> dict[str, Any]: ...
 
 
 def _positive(name: str, value: float) -> float:

@@ -14,7 +14,16 @@ from psrv.nn.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
-from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass, evaluation_from_json
+from psrv.nn.evaluation import (
+    ROC,
+    Evaluation,
+    EvaluationBinary,
+    EvaluationCalibration,
+    RegressionEvaluation,
+    ROCBinary,
+    ROCMultiClass,
+    evaluation_from_json,
+)
 from psrv.nn.layers import Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, Output
 from psrv.nn.network import Network
 from psrv.nn.normalizers import ImageScaler, MinMax, Standardize, normalizer_from_state
@@ -36,11 +45,14 @@ __all__ = [
     "DataSet",
     "DataSetLoader",
     "Evaluation",
+    "EvaluationBinary",
+    "EvaluationCalibration",
     "FileDataSetLoader",
     "ImageScaler",
     "MinMax",
     "MultiDataSet",
     "ROC",
+    "ROCBinary",
     "ROCMultiClass",
     "RegressionEvaluation",
     "Standardize",

@@ -30,7 +30,13 @@ def as_array(value: Any, what: str) -> np.ndarray:
 def flatten_time(
     labels: np.ndarray, predictions: np.ndarray, mask: np.ndarray | None, *, sequence_ndim: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Sequence batches (n, T, ...) become (n*T, ...) rows; an (n, T) mask becomes per-row."""
+    """Time series: a sequence batch becomes one row per time step, masked steps dropped.
+
+    Predictions ``(n, T, k)`` with labels ``(n, T, k)`` (or ``(n, T)`` class indices / one value per
+    step) give ``(n*T, k)`` rows. A step mask ``(n, T)`` (or ``(n, T, 1)``) removes the masked steps
+    here, so every evaluation counts only the steps that exist; a per-output mask ``(n, T, k)`` becomes
+    ``(n*T, k)`` for the evaluations that take one mask per label or column. Anything else passes as is.
+    """
     if predictions.ndim != sequence_ndim:
         return labels, predictions, mask
     n, steps = predictions.shape[:2]
@@ -39,11 +45,20 @@ def flatten_time(
             f"labels: expected a sequence batch of shape ({n}, {steps}, ...) like the predictions, "
             f"got {labels.shape}"
         )
-    if mask is not None and mask.shape != (n, steps):
-        raise EvaluationError(f"mask: expected shape ({n}, {steps}) for a sequence batch, got {mask.shape}")
     labels = labels.reshape(n * steps, *labels.shape[2:])
     predictions = predictions.reshape(n * steps, *predictions.shape[2:])
-    return labels, predictions, None if mask is None else mask.reshape(-1)
+    if mask is None:
+        return labels, predictions, None
+    if mask.shape in ((n, steps), (n, steps, 1)):
+        keep = mask.reshape(-1) != 0
+        return labels[keep], predictions[keep], None
+    if mask.ndim == 3 and mask.shape == (n, steps, *predictions.shape[1:]):
+        return labels, predictions, mask.reshape(n * steps, *mask.shape[2:])
+    raise EvaluationError(
+        f"mask: expected shape ({n}, {steps}) (one value per time step) or ({n}, {steps}, "
+        f"{predictions.shape[-1] if predictions.ndim > 1 else 1}) (one per output) for a sequence batch, "
+        f"got {mask.shape}"
+    )
 
 
 def row_mask(mask: Any, n: int) -> np.ndarray | None:

@@ -43,10 +43,9 @@ class RegressionEvaluation:
         y = as_array(labels, "labels").astype(np.float64)
         p = as_array(predictions, "predictions").astype(np.float64)
         m = None if mask is None else as_array(mask, "mask")
-        if p.ndim == 3:
-            # a sequence batch keeps only an (n, T) step mask; any other mask is dropped here
-            step_mask = m is not None and m.ndim == 2 and m.shape == p.shape[:2]
-            y, p, m = flatten_time(y, p, m if step_mask else None, sequence_ndim=3)
+        if p.ndim == 3 and y.ndim == 2 and y.shape == p.shape[:2] and p.shape[2] == 1:
+            y = y[:, :, None]  # one target per time step, (n, T), for an (n, T, 1) output
+        y, p, m = flatten_time(y, p, m, sequence_ndim=3)
         if y.ndim == 1:
             y = y[:, None]
         if p.ndim == 1:

@@ -85,7 +85,8 @@ FILE_FORMATS = ("psds", "parquet")
 
 
 def batch_and_export(
-    rdd: RDD, batch_size: int, path: str, *, through_driver: bool = False, file_format: str = "psds"
+    rdd: RDD | Iterable[Any], batch_size: int, path: str, *, through_driver: bool = False,
+    file_format: str = "psds",
 ) -> list[str]:
     """Write ``rdd``'s DataSets/MultiDataSets as files of ``batch_size`` examples under directory
     ``path`` (any storage-layer URI); returns the file paths, sorted (partition, then position).
@@ -93,13 +94,18 @@ def batch_and_export(
     The executors write their files themselves; ``through_driver=True`` streams every minibatch to
     the driver, which writes it (for a cluster whose executors cannot reach the URI's file system).
     ``file_format="parquet"`` writes each minibatch as a Parquet file (read it back with
-    ``psrv.spark.data.parquet.ParquetDataSetLoader``; DataSets without masks).
+    ``psrv.spark.data.parquet.ParquetDataSetLoader``; DataSets without masks). A plain iterable
+    instead of an RDD is written here, in this process, as one partition (the same file names).
     """
     if file_format not in FILE_FORMATS:
         raise SparkInputError(f"file_format: expected one of {FILE_FORMATS}, got {file_format!r}")
     if file_format == "parquet":
         require_pyarrow()  # a missing pyarrow fails here, on the driver
     directory = storage.absolute(path)
+    if not is_rdd(rdd):
+        local = _PartitionExporter(directory, check_batch_size(batch_size), True, storage.current_options(),
+                                   file_format)
+        return sorted(p for p, _ in local(0, rdd))
     if not through_driver:
         storage.check_task_access(directory, "batch_and_export: path")
     options = storage.use_hadoop_configuration(rdd.context)

@@ -2,7 +2,9 @@
 
 A checkpoint holds everything training continues from: the network in its file form (parameters,
 updater state, counters, normaliser; a TorchNetwork with its optimizer state, user code by value),
-the training master's threshold state (gradient sharing), the epoch and every epoch's metrics.
+the training master's encoding strategies (gradient sharing: the threshold algorithm and residual
+post-processor, their classes by value and their states, so a user's own class resumes too), the epoch
+and every epoch's metrics.
 Files go through the storage layer (psrv.spark.storage): written to a temporary name and renamed where
 the file system renames atomically (local, HDFS), so a reader never sees half a file; object stores
 write the object directly (see README, storage).
@@ -15,12 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgpack
-from psrv.encoding import threshold_algorithm_from_state
+from psrv.encoding.errors import InvalidStateError
 from psrv.nn.network import Network as LayerNetwork
 from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.serialization import network_from_bytes, network_to_bytes
 from psrv.nn.torch_adapter import TorchNetwork
-from psrv.spark import storage
+from psrv.spark import storage, strategies
 from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.payload import set_counters
@@ -83,6 +85,24 @@ def _restore_network(kind: str, blob: bytes, network: TrainableNetwork, source: 
         network.normalizer = saved.normalizer
 
 
+def _restore_strategies(record: dict[str, Any], master: TrainingMaster, source: str) -> None:
+    """The master's threshold algorithm (and post-processor) as the checkpoint holds them: rebuilt with
+    the classes it carries (a user's own too), or psrv's classes for a checkpoint without them."""
+    try:
+        if record.get("strategy_classes") and record.get("post_processor_state") is not None:
+            threshold, processor = strategies.rebuild(
+                record["strategy_classes"], [record["threshold_state"], record["post_processor_state"]],
+                [strategies.THRESHOLD, strategies.POST_PROCESSOR])
+            master.threshold_algorithm = threshold
+            master.residual_post_processor = processor  # type: ignore[attr-defined]
+        else:
+            master.threshold_algorithm = strategies.rebuild(None, [record["threshold_state"]],
+                                                            [strategies.THRESHOLD])[0]
+    except InvalidStateError as exc:
+        raise SparkInputError(f"{source}: the checkpoint's encoding strategies cannot be restored: {exc}") \
+            from exc
+
+
 def checkpoint_path(directory: str, epoch: int) -> str:
     return directory.rstrip("/") + "/" + f"checkpoint-{epoch:06d}{SUFFIX}"
 
@@ -99,6 +119,10 @@ def save(spark_context: SparkContext | None, directory: str, network: TrainableN
         "network_kind": kind, "network": blob,
         "threshold_state": threshold.get_state() if threshold is not None else None,
     }
+    processor = getattr(master, "residual_post_processor", None)
+    if threshold is not None and processor is not None:
+        record["post_processor_state"] = processor.get_state()
+        record["strategy_classes"] = strategies.classes_to_bytes([threshold, processor])
     data = msgpack.packb(record, use_bin_type=True)
     path = checkpoint_path(directory, epoch)
     if spark_context is not None and not storage.is_local(path):
@@ -125,7 +149,7 @@ def load_newest(spark_context: SparkContext | None, directory: str, network: Tra
     record = read_record(path, FORMAT, "psrv checkpoint")
     _restore_network(record["network_kind"], record["network"], network, path)
     if record.get("threshold_state") is not None and master.threshold_algorithm is not None:
-        master.threshold_algorithm = threshold_algorithm_from_state(record["threshold_state"])
+        _restore_strategies(record, master, path)
     history = [(int(e), dict(m)) for e, m in record.get("history", [])]
     return Checkpoint(path, int(record["epoch"]), history, bool(record.get("stopped", False)))
 

@@ -90,11 +90,7 @@ def outputs_of(spark_context: SparkContext, payload: NetworkPayload, rdd: RDD) -
 # saving and loading results
 # --------------------------------------------------------------------------------------------------
 def _evaluation_classes() -> dict[str, type]:
-    return {
-        name: getattr(module, name)
-        for name in ("Evaluation", "ROC", "ROCMultiClass", "RegressionEvaluation")
-        if hasattr(module, name)
-    }
+    return {name: getattr(module, name) for name in module.__all__ if isinstance(getattr(module, name), type)}
 
 
 def evaluations_to_json(evaluations: Sequence[Any]) -> str:

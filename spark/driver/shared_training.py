@@ -26,9 +26,11 @@ import numpy as np
 from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
+from psrv.spark import strategies
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
+from psrv.spark.driver import shipping
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
@@ -98,8 +100,7 @@ class SharedTrainingMaster:
             else ResidualClipping(5, 5)
         for name, value in (("threshold_algorithm", self.threshold_algorithm),
                             ("residual_post_processor", self.residual_post_processor)):
-            if not hasattr(value, "get_state"):
-                raise SparkConfigError(f"{name}: expected a psrv.encoding strategy object, got {value!r}")
+            shipping.check_strategy(name, value)  # the Protocol's members, a state that travels
         self.worker_prefetch_num_batches = check_prefetch_num_batches(worker_prefetch_num_batches)
         self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
@@ -200,6 +201,9 @@ class SharedTrainingMaster:
                                                                                  kept=False)
         live.begin_epoch(network)
         controller, address = live.controller, live.address
+        chosen = (self.threshold_algorithm, self.residual_post_processor)
+        for name, strategy in zip(("threshold_algorithm", "residual_post_processor"), chosen, strict=True):
+            shipping.check_strategy(name, strategy, spark_context)  # the executors can import or rebuild it
         setup = WorkerSetup(
             job_id=uuid.uuid4().hex[:8],
             controller_address=address,
@@ -213,6 +217,7 @@ class SharedTrainingMaster:
             collect_stats=self.collect_training_stats or bool(self.loggers),
             session_id=f"{self._session_id}:{lineage(network)}",  # residuals belong to one network
             check_replicas=self.check_replicas,
+            strategy_classes=strategies.classes_to_bytes(chosen),  # a user's classes travel by value
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import msgpack
+from psrv.encoding.strategies import POST_PROCESSOR_MEMBERS, THRESHOLD_ALGORITHM_MEMBERS, missing_members
 from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.errors import SparkConfigError
@@ -262,12 +264,46 @@ def check_loader(loader: Any, spark_context: SparkContext | None) -> None:
                     "open files and locks inside load(path), not in the loader's constructor")
 
 
+#: the Protocol (psrv.encoding.strategies) each training-master argument must meet, and its members
+_STRATEGIES = {
+    "threshold_algorithm": ("ThresholdAlgorithm", THRESHOLD_ALGORITHM_MEMBERS),
+    "residual_post_processor": ("ResidualPostProcessor", POST_PROCESSOR_MEMBERS),
+}
+
+
+def check_strategy(name: str, strategy: Any, spark_context: SparkContext | None = None) -> None:
+    """A threshold algorithm or residual post-processor meets its Protocol, its state is a dict msgpack
+    can carry, and (given ``spark_context``) its class can reach the executors; else a SparkConfigError
+    naming what is missing and the fix, on the driver."""
+    protocol, members = _STRATEGIES[name]
+    kind = type(strategy).__qualname__
+    missing = missing_members(strategy, members)
+    if missing:
+        raise SparkConfigError(
+            f"{name}: a {kind} is not a psrv.encoding.{protocol}: it has no {', '.join(missing)} "
+            f"(a {protocol} has {', '.join(members)}; from_state and average are classmethods); "
+            f"add {'it' if len(missing) == 1 else 'them'} (see README, 'Your own threshold algorithm')"
+        )
+    try:
+        state = strategy.get_state()
+        msgpack.packb(state, use_bin_type=True)
+    except Exception as exc:  # noqa: BLE001 - whatever the user's get_state does wrong
+        raise SparkConfigError(f"{name}: {kind}.get_state() must return a dict of plain values (numbers, "
+                               f"strings, lists, dicts) that msgpack can write; it failed: "
+                               f"{type(exc).__name__}: {_short(exc)}") from exc
+    if not isinstance(state, dict):
+        raise SparkConfigError(f"{name}: {kind}.get_state() must return a dict, got {type(state).__name__}")
+    if spark_context is not None:
+        check_shippable(type(strategy), name, spark_context)
+
+
 __all__ = [
     "ByReference",
     "check_loader",
     "check_network",
     "check_references",
     "check_shippable",
+    "check_strategy",
     "dumps_by_value",
     "pickled_references",
     "recording_pickle_module",

@@ -24,6 +24,7 @@ class WorkerSetup:
     collect_stats: bool
     session_id: str = ""  # one training master: residuals carry over between its fits
     check_replicas: bool = True  # each task checks its final replica against the master
+    strategy_classes: bytes = b""  # the threshold algorithm's and post-processor's classes (spark.strategies)
 
 
 __all__ = ["WorkerSetup"]

@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
+from psrv.encoding import ResidualEncoder
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
+from psrv.spark import strategies
 from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
@@ -67,11 +68,14 @@ class SharingTask:
         self.network = training_network(setup.payload)
         self.events.add("setup", started, self.events.now(), device=network_device(self.network))
         on_device = device_sharing(self.network)
+        threshold_algorithm, post_processor = strategies.rebuild(
+            setup.strategy_classes, [setup.threshold_state, setup.post_processor_state],
+            [strategies.THRESHOLD, strategies.POST_PROCESSOR])  # a user's own classes too
         self.encoder = ResidualEncoder(
             self.network.num_params,
             dtype=self.network.params.dtype,
-            threshold_algorithm=threshold_algorithm_from_state(setup.threshold_state),
-            post_processor=post_processor_from_state(setup.post_processor_state),
+            threshold_algorithm=threshold_algorithm,
+            post_processor=post_processor,
             debug=setup.debug,
             device=self.network.device if on_device else None,
         )

@@ -12,6 +12,7 @@ from psrv.nn.data import DataSet, MultiDataSet, read_data_file
 from psrv.nn.errors import DataFileError
 from psrv.spark.data import (
     MultiDataSetSpec,
+    batch_and_export,
     csv_to_records,
     export_datasets,
     list_paths,
@@ -198,6 +199,17 @@ def test_export_datasets_and_list_paths(tmp_path: Path) -> None:
     assert DataSet.merge(read_data_file(p) for p in paths).equals(ds)
     with pytest.raises(SparkInputError, match="not a directory"):
         list_paths(None, str(tmp_path / "missing"))
+
+
+def test_batch_and_export_of_a_plain_iterable(tmp_path: Path) -> None:
+    """Like every pipeline, batch_and_export takes a plain iterable too: one partition, written here."""
+    features, classes = _table(10)
+    ds = DataSet.from_class_indices(features.astype(np.float32), classes, 4)
+    pieces = iter([ds.subset(slice(0, 3)), ds.subset(slice(3, 10))])
+    paths = batch_and_export(pieces, 4, str(tmp_path / "exported"))
+    assert [os.path.basename(p) for p in paths] == [f"part-00000-00000{i}.psds" for i in range(3)]
+    assert [read_data_file(p).num_examples for p in paths] == [4, 4, 2]
+    assert DataSet.merge(read_data_file(p) for p in paths).equals(ds)
 
 
 # ------------------------------------------------------------------------------------------------

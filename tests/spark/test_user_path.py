@@ -91,3 +91,24 @@ def test_a_workers_psrv_error_is_the_first_line(user_run) -> None:
     lines = result["error"].splitlines()
     assert lines[0].startswith("SparkInputError: DataFrame column 'label': expected class indices in [0, 3)")
     assert any("at org.apache.spark" in line or "Traceback" in line for line in lines[1:])  # the trace after
+
+
+def test_own_threshold_algorithm_trains_on_spark_and_resumes_with_its_state(user_run) -> None:
+    """HalvingThreshold and Damping live in the script's __main__: the tasks rebuild them (their steps
+    were counted on the executors), a checkpoint restores them exactly, and training continues from it."""
+    value = _value(user_run["own_strategies"])
+    trained = value["trained"]
+    assert value["workers"] == 2 and value["finite"]
+    assert trained["steps"] > 0 and trained["threshold"] == 0.05 / 2 ** (trained["steps"] // 4)
+    assert value["resumed_class"] == "HalvingThreshold" and value["resumed"] == trained
+    assert value["post_processor"] == ["Damping", {"keep": 0.995}]
+    assert value["continued"]["steps"] > trained["steps"] and value["continued"]["tau"] == 0.05
+
+
+def test_a_strategy_missing_a_member_is_refused_on_the_driver(user_run) -> None:
+    refused = user_run["strategy_without_average"]
+    assert not refused["ok"] and refused["type"] == "SparkConfigError", refused
+    assert refused["jobs"] == 0
+    first_line = refused["error"].splitlines()[0]
+    for words in ("threshold_algorithm", "NoAverage", "has no average"):
+        assert words in first_line, first_line

@@ -5,13 +5,16 @@ user would run it; writes what it saw as JSON to the path given as its argument.
 issue 12 failure it guards against: (1) classes of ``__main__`` reach the executors, and a module
 only next to the script is refused on the driver until it is shipped; (2) a second network of the same
 architecture fits in the same session and Python workers; (3) wrong inputs fail on the driver with one
-clear line, and a worker's psrv error is the first line of what the user sees.
+clear line, and a worker's psrv error is the first line of what the user sees. Its own threshold
+algorithm and residual post-processor (the encoding strategies' Protocols) train on the executors and
+resume from a checkpoint with their state; a class missing a member is refused on the driver.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import traceback
 
 import numpy as np
@@ -58,6 +61,58 @@ def attempt(spark: SparkSession, results: dict, name: str, action) -> None:
                          "trace": traceback.format_exc()[-2000:]}
     results[name]["jobs"] = len(sc.statusTracker().getJobIdsForGroup(name))
     sc.setJobGroup("other", "other")
+
+
+class HalvingThreshold:
+    """The user's own threshold algorithm: tau halves every ``every`` steps; counts the steps it saw."""
+
+    def __init__(self, tau: float = 0.05, every: int = 4) -> None:
+        self.tau, self.every = tau, every
+        self.threshold = tau
+        self.steps = 0
+
+    def observe(self, count: int, n: int) -> None:
+        self.steps += 1
+        if self.steps % self.every == 0:
+            self.threshold /= 2
+
+    def get_state(self) -> dict:
+        return {"tau": self.tau, "every": self.every, "threshold": self.threshold, "steps": self.steps}
+
+    @classmethod
+    def from_state(cls, state: dict) -> HalvingThreshold:
+        algorithm = cls(state["tau"], state["every"])
+        algorithm.threshold, algorithm.steps = state["threshold"], state["steps"]
+        return algorithm
+
+    @classmethod
+    def average(cls, states: list) -> HalvingThreshold:
+        states = [s.get_state() if isinstance(s, cls) else s for s in states]
+        return cls.from_state({**states[0], "threshold": min(s["threshold"] for s in states),
+                               "steps": max(s["steps"] for s in states)})
+
+
+class Damping:
+    """The user's own residual post-processor: scales the residual by ``keep`` after each step."""
+
+    def __init__(self, keep: float = 0.99) -> None:
+        self.keep = keep
+
+    def process(self, residual, threshold: float) -> None:
+        residual *= self.keep
+
+    def get_state(self) -> dict:
+        return {"keep": self.keep}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Damping:
+        return cls(state["keep"])
+
+
+class NoAverage(HalvingThreshold):
+    """Not a ThresholdAlgorithm: ``average`` is missing."""
+
+    average = None  # type: ignore[assignment]
 
 
 class LockedLoader:
@@ -134,6 +189,36 @@ def main(out: str) -> None:
     bad_labels = data.selectExpr("features", "label * 3 AS label")  # classes 0..6 for 3 outputs
     attempt(spark, results, "worker_error",
             lambda: SparkNetwork(spark, make_network(0), shared(), check_data=False).fit(bad_labels))
+
+    def own_strategies() -> dict:
+        checkpoints = tempfile.mkdtemp(prefix="psrv-user-ckpt-")
+
+        def master(tau: float = 0.05) -> SharedTrainingMaster:
+            return SharedTrainingMaster(VoidConfiguration(unicast_port=0, heartbeat_ms=500),
+                                        batch_size_per_worker=16, threshold_algorithm=HalvingThreshold(tau),
+                                        residual_post_processor=Damping(0.995))
+
+        first_master, net = master(), make_network(5)
+        SparkNetwork(spark, net, first_master).fit(data, epochs=1, checkpoint_dir=checkpoints)
+        trained = first_master.threshold_algorithm.get_state()
+        loaded = master(tau=0.3)  # a fresh run resuming: the checkpoint's state replaces its own
+        SparkNetwork(spark, make_network(5), loaded).fit(data, epochs=1, checkpoint_dir=checkpoints,
+                                                         resume=True)
+        continued = master(tau=0.3)
+        SparkNetwork(spark, make_network(5), continued).fit(data, epochs=2, checkpoint_dir=checkpoints,
+                                                            resume=True)
+        return {"trained": trained, "workers": first_master.last_fit["workers"],
+                "resumed": loaded.threshold_algorithm.get_state(),
+                "resumed_class": type(loaded.threshold_algorithm).__name__,
+                "post_processor": [type(loaded.residual_post_processor).__name__,
+                                   loaded.residual_post_processor.get_state()],
+                "continued": continued.threshold_algorithm.get_state(),
+                "finite": bool(np.isfinite(net.params).all())}
+
+    attempt(spark, results, "own_strategies", own_strategies)
+    attempt(spark, results, "strategy_without_average",
+            lambda: SparkNetwork(spark, make_network(0), SharedTrainingMaster(
+                VoidConfiguration(unicast_port=0), threshold_algorithm=NoAverage())).fit(data))
     with open(out, "w") as fh:
         json.dump(results, fh)
     spark.stop()
