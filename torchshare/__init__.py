@@ -1,0 +1,36 @@
+"""psrv for your own training loop: a gradient-sharing optimizer and the launchers that run it.
+
+``DistributedOptimizer(optimizer, model)`` makes any torch optimizer share its steps (threshold-encoded,
+over psrv's mesh); ``init()``, ``rank()``, ``size()``, ``local_rank()`` tell a worker its place;
+``run(train_fn, num_workers=N)`` (and ``psrv run -n N script.py``) runs the function on N local
+processes, ``psrv.spark.run`` on Spark tasks. Needs the ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+from psrv.torch.errors import (
+    LauncherRequiredError,
+    RendezvousError,
+    SharingConfigError,
+    TorchShareError,
+    WorkerFailedError,
+)
+from psrv.torch.launch import RunResult, run
+from psrv.torch.optimizer import DistributedOptimizer
+from psrv.torch.session import init, local_rank, rank, shutdown, size
+
+__all__ = [
+    "DistributedOptimizer",
+    "LauncherRequiredError",
+    "RendezvousError",
+    "RunResult",
+    "SharingConfigError",
+    "TorchShareError",
+    "WorkerFailedError",
+    "init",
+    "local_rank",
+    "rank",
+    "run",
+    "shutdown",
+    "size",
+]
