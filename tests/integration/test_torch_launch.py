@@ -21,41 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import psrv.torch as pt  # noqa: E402
-
-SCRIPT = Path(__file__).with_name("own_loop_script.py")
-
-
-def _load_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("own_loop_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray) -> None:
-    """What a launcher's run of own_loop_script.py must show (shared with the Spark test)."""
-    script = _load_script()
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(len(workers))]
-    for worker, ran in zip(workers, ranks, strict=True):
-        assert worker["replica"] == "equal", worker
-        assert worker["steps"] == ran["steps"] and worker["messages"] == ran["messages"] > 0
-        # exactly once: the master copy holds every message this worker sent, none twice
-        applied = int(applied_by_origin[str(worker["node_id"])])
-        assert applied == worker["messages"], (worker, applied_by_origin)
-    assert sum(int(v) for v in applied_by_origin.values()) == sum(w["messages"] for w in workers)
-    x, y = script.make_data()
-    model = script.make_model()
-    start = script.full_loss(model, x, y)
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(master), model.parameters())
-    learned = script.full_loss(model, x, y)
-    assert learned < 0.85 * start, (start, learned)
-    # the state rank 0 returned loads into a fresh model, and is the master copy up to updates that
-    # reached the master after rank 0 left (its final loss is as good)
-    fresh = script.make_model()
-    fresh.load_state_dict(torch.load(out / "rank0_state.pt"))
-    assert script.full_loss(fresh, x, y) < 0.85 * start
+from own_loop_checks import SCRIPT, check_own_loop_run  # noqa: E402
 
 
 @pytest.mark.slow
