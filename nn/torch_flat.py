@@ -29,6 +29,7 @@ class FlatBuffers:
     host_view: np.ndarray | None
     step_flat: Any
     step_params: list[Any]
+    base: Any = None  # take_step(reuse=True)'s copy of the live parameters, allocated on first use
 
 
 def bind_flat_buffers(module: Any, dtype: Any, device: Any) -> FlatBuffers:
@@ -112,16 +113,24 @@ def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False) -> None
         offset += n
 
 
-def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, reuse: bool = False,
+              **kwargs: Any) -> tuple[Any, Any]:
     """One ``optimizer.step()`` on the step buffer, loaded first with one read of the live parameters;
     returns (the step to ADD as a flat tensor, what ``step`` returned). The live parameters are never
     written: whatever a node's I/O thread decodes into them meanwhile stays (the step is then taken
-    from a slightly older point, as in any asynchronous SGD)."""
+    from a slightly older point, as in any asynchronous SGD). ``reuse``: no allocation per step (the
+    returned step is the step buffer itself, valid until the next step)."""
     torch = import_torch()
     with torch.no_grad():
-        base = buffers.flat.clone()
+        if reuse:
+            if buffers.base is None:
+                buffers.base = torch.empty_like(buffers.flat)
+            base = buffers.base
+            base.copy_(buffers.flat)
+        else:
+            base = buffers.flat.clone()
         buffers.step_flat.copy_(base)
     returned = optimizer.step(*args, **kwargs)
     with torch.no_grad():
-        update = buffers.step_flat - base
+        update = buffers.step_flat.sub_(base) if reuse else buffers.step_flat - base
     return update, returned

@@ -140,7 +140,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         restore_grad_views(self._buffers, keep_missing=True)
-        update, _ = take_step(self._buffers, self.optimizer)
+        update, _ = take_step(self._buffers, self.optimizer, reuse=True)
         self.iterations += 1
         message = self.encoder.encode_update(update if self.sharing is not None else update.numpy())
         if message is not None:

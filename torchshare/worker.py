@@ -46,7 +46,12 @@ def run_worker(env: WorkerEnvironment, payload: bytes) -> Any:
     cloudpickle = pickler()
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
-        value = fn(*args, **kwargs)
+        try:
+            value = fn(*args, **kwargs)
+        except SystemExit as stop:  # a script's sys.exit(0) is a normal end
+            if stop.code not in (0, None):
+                raise
+            value = None
         report = session.shutdown() or {}
     except BaseException as exc:
         text = traceback.format_exc()
