@@ -51,6 +51,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (built on ``model.parameters()``) so that its steps are shared with every worker.
 
     ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: ResidualEncoder's defaults).
+    ``device_encoding``: encode and decode with torch ops where the parameters live (None: off the CPU,
+    as a GPU worker must; True also on the CPU, the same messages byte for byte).
     ``join``: True joins the launcher's job now (``psrv.torch.init()`` is called if it was not); False
     trains alone (the encoded steps are applied locally only), e.g. to compare against one process.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
@@ -58,7 +60,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: Any, model: Any, *, threshold_algorithm: Any = None,
-                 post_processor: Any = None, join: bool = True) -> None:
+                 post_processor: Any = None, device_encoding: bool | None = None, join: bool = True) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise SharingConfigError(
                 f"DistributedOptimizer: expected a torch.optim.Optimizer built on model.parameters(), got "
@@ -83,7 +85,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                       "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
                       "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
             setattr(self, hooks, OrderedDict())
-        on_device = self.device.type != "cpu"
+        on_device = self.device.type != "cpu" if device_encoding is None else bool(device_encoding)
         self.encoder = ResidualEncoder(
             self.num_params, dtype=np.dtype(str(dtype).removeprefix("torch.")),
             threshold_algorithm=threshold_algorithm, post_processor=post_processor,

@@ -193,3 +193,22 @@ def test_clear_errors() -> None:
     other = _model()
     with pytest.raises(SharingConfigError, match="not the model's trainable parameters"):
         DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), model, join=False)
+
+
+def test_device_encoding_gives_the_host_encodings_replica() -> None:
+    """The device path (torch codec, DeviceSharing's hooks; what a GPU worker runs) on CPU tensors: the
+    same parameters and residual as the numba path, step after step."""
+    runs = []
+    for on_device in (False, True):
+        model = _model()
+        opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False,
+                                   threshold_algorithm=FixedThreshold(1e-3), device_encoding=on_device)
+        for step in range(5):
+            opt.zero_grad()
+            _loss(model, step).backward()
+            opt.step()
+        runs.append((opt.flat_params.detach().clone(), opt.state_dict()["residual"], opt.messages))
+    (host_params, host_residual, host_messages), (dev_params, dev_residual, dev_messages) = runs
+    assert host_messages == dev_messages == 5
+    np.testing.assert_array_equal(dev_params.numpy(), host_params.numpy())
+    np.testing.assert_array_equal(dev_residual, host_residual)
