@@ -19,7 +19,7 @@ from psrv.torch.errors import (
     WorkerFailedError,
 )
 from psrv.torch.launch import RunResult, run
-from psrv.torch.session import init, local_rank, rank, shutdown, size
+from psrv.torch.session import device, init, local_rank, rank, shutdown, size
 
 
 def __getattr__(name: str) -> Any:
@@ -38,6 +38,7 @@ __all__ = [
     "SharingConfigError",
     "TorchShareError",
     "WorkerFailedError",
+    "device",
     "init",
     "local_rank",
     "rank",

@@ -61,6 +61,11 @@ def local_rank() -> int:
     return current().env.local_rank
 
 
+def device() -> str:
+    """The device the launcher gave this worker ("cuda:1"; "cpu" when it gave none): ``model.to(device())``."""
+    return current().env.device or "cpu"
+
+
 def attach(optimizer: Any) -> Session:
     """Register the optimizer that joins the controller for this process (one per process)."""
     session = current()
@@ -98,4 +103,4 @@ def abandon() -> None:
     if node is not None:
         node.stop(timeout_s=2.0)
         session.optimizer.node = None
-__all__ = ["Session", "abandon", "attach", "current", "init", "local_rank", "rank", "shutdown", "size"]
+__all__ = ["Session", "abandon", "attach", "current", "device", "init", "local_rank", "rank", "shutdown", "size"]
