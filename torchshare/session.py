@@ -62,7 +62,8 @@ def local_rank() -> int:
 
 
 def device() -> str:
-    """The device the launcher gave this worker ("cuda:1"; "cpu" when it gave none): ``model.to(device())``."""
+    """The device the launcher gave this worker ("cuda:1"; "cpu" when it gave none): move the model there
+    with ``model.to(device())`` before wrapping its optimizer."""
     return current().env.device or "cpu"
 
 
@@ -103,4 +104,7 @@ def abandon() -> None:
     if node is not None:
         node.stop(timeout_s=2.0)
         session.optimizer.node = None
-__all__ = ["Session", "abandon", "attach", "current", "device", "init", "local_rank", "rank", "shutdown", "size"]
+
+
+__all__ = ["Session", "abandon", "attach", "current", "device", "init", "local_rank", "rank", "shutdown",
+           "size"]
