@@ -39,7 +39,7 @@ from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFi
 from psrv.nn.normalizers import normalizer_from_state
 from psrv.nn.torch_device import import_torch, place_module, resolve_device, saved_device
 from psrv.nn.torch_file import FORMAT, FORMAT_VERSION, dump_payload, load_payload
-from psrv.nn.torch_flat import bind_flat_buffers, steer_to_step_buffer
+from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, take_step
 from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes, probe_input
 from psrv.nn.torch_shapes import masked_steps_zeroed, predictions
 
@@ -290,17 +290,6 @@ class TorchNetwork(_inputs.TrainingCounters):
         tensor = import_torch().from_numpy(array)
         return tensor if self.on_host else tensor.to(self.device, non_blocking=False)
 
-    def _restore_grad_views(self) -> None:
-        for i, p in enumerate(self._param_list):
-            if p.grad is None or p.grad.data_ptr() != self._grad_ptrs[i]:
-                offset = sum(q.numel() for q in self._param_list[:i])
-                slot = self._flat_grad[offset : offset + p.numel()].view_as(p)
-                if p.grad is not None:
-                    slot.copy_(p.grad)
-                p.grad = slot
-            if self._step_params[i].grad is not p.grad:
-                self._step_params[i].grad = p.grad
-
     def _gradient(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any],
                   features_mask: Any = None) -> float:
         self._flat_grad.zero_()
@@ -312,7 +301,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         if not math.isfinite(value):
             raise NonFiniteLossError(f"loss is {value} at iteration {self._iteration}: training diverged")
         loss.backward()
-        self._restore_grad_views()
+        restore_grad_views(self._buffers)
         return value
 
     def compute_gradient(self, features: Any, labels: Any, mask: Any = None,
@@ -339,15 +328,9 @@ class TorchNetwork(_inputs.TrainingCounters):
         the node's I/O thread may be changing: the step is then taken from a slightly older point, as
         in any asynchronous SGD, but every update decoded meanwhile stays in ``params``).
         """
-        torch = import_torch()
         x, y, m = self._prepare(features, labels, mask)
         loss = self._gradient(x, y, m, features_mask)
-        with torch.no_grad():
-            base = self._flat.clone()
-            self._step_flat.copy_(base)
-        self.optimizer.step()
-        with torch.no_grad():
-            update = self._step_flat - base
+        update, _ = take_step(self._buffers, self.optimizer)
         self._iteration += 1
         self.last_loss = loss
         return update, loss

@@ -14,7 +14,7 @@ import numpy as np
 from psrv.nn.errors import ConfigError
 from psrv.nn.torch_device import import_torch
 
-__all__ = ["FlatBuffers", "bind_flat_buffers", "steer_to_step_buffer"]
+__all__ = ["FlatBuffers", "bind_flat_buffers", "restore_grad_views", "steer_to_step_buffer", "take_step"]
 
 
 @dataclass
@@ -29,6 +29,7 @@ class FlatBuffers:
     host_view: np.ndarray | None
     step_flat: Any
     step_params: list[Any]
+    base: Any = None  # take_step(reuse=True)'s copy of the live parameters, allocated on first use
 
 
 def bind_flat_buffers(module: Any, dtype: Any, device: Any) -> FlatBuffers:
@@ -87,3 +88,49 @@ def steer_to_step_buffer(optimizer: Any, buffers: FlatBuffers) -> Any:
                 )
         group["params"] = steered
     return optimizer
+
+
+def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False) -> None:
+    """Point every parameter's ``.grad`` (and its step copy's) back at the flat gradient, copying a
+    gradient torch allocated elsewhere (after ``zero_grad(set_to_none=True)``). ``keep_missing``: a
+    parameter without a gradient keeps none (the optimizer then skips it, as torch does)."""
+    offset = 0
+    for p, shadow, ptr in zip(buffers.params, buffers.step_params, buffers.grad_ptrs, strict=True):
+        n = p.numel()
+        if p.grad is None and keep_missing:
+            shadow.grad = None
+            offset += n
+            continue
+        if p.grad is None or p.grad.data_ptr() != ptr:
+            slot = buffers.flat_grad[offset : offset + n].view_as(p)
+            if p.grad is None:
+                slot.zero_()
+            else:
+                slot.copy_(p.grad)
+            p.grad = slot
+        if shadow.grad is not p.grad:
+            shadow.grad = p.grad
+        offset += n
+
+
+def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, reuse: bool = False,
+              **kwargs: Any) -> tuple[Any, Any]:
+    """One ``optimizer.step()`` on the step buffer, loaded first with one read of the live parameters;
+    returns (the step to ADD as a flat tensor, what ``step`` returned). The live parameters are never
+    written: whatever a node's I/O thread decodes into them meanwhile stays (the step is then taken
+    from a slightly older point, as in any asynchronous SGD). ``reuse``: no allocation per step (the
+    returned step is the step buffer itself, valid until the next step)."""
+    torch = import_torch()
+    with torch.no_grad():
+        if reuse:
+            if buffers.base is None:
+                buffers.base = torch.empty_like(buffers.flat)
+            base = buffers.base
+            base.copy_(buffers.flat)
+        else:
+            base = buffers.flat.clone()
+        buffers.step_flat.copy_(base)
+    returned = optimizer.step(*args, **kwargs)
+    with torch.no_grad():
+        update = buffers.step_flat.sub_(base) if reuse else buffers.step_flat - base
+    return update, returned

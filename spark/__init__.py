@@ -16,6 +16,7 @@ from psrv.spark.driver.partitioning import (
     balanced_repartition,
     repartition_rdd,
 )
+from psrv.spark.driver.run import run
 from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.errors import (
     ControllerUnreachableError,
@@ -61,6 +62,7 @@ __all__ = [
     "balanced_repartition",
     "load_evaluations",
     "repartition_rdd",
+    "run",
     "save_evaluations",
     "TrainingMaster",
 ]

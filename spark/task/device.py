@@ -4,12 +4,8 @@
 assigned to the task (``TaskContext.resources()["gpu"]``, with ``spark.task.resource.gpu.amount``), else
 "auto": ``cuda:<partition % number of GPUs>`` where CUDA is available, else the CPU. It logs which.
 
-``DeviceSharing`` is a device worker's side of gradient sharing: the residual and the threshold encoding
-stay on the device (psrv.encoding.device); only the encoded message crosses to the host, through a
-reused staging buffer (pinned when the device is CUDA); received updates are decoded into the device
-parameters by the node's apply hooks, under the node's lock (the updates of one UPDATES frame together:
-one host-to-device copy and one kernel for all of them); a download (catch-up, re-sync) lands in a
-host vector and is installed on the device. It runs on CPU tensors too (tests use it so in CI).
+``DeviceSharing`` (psrv.torch.device_sharing, shared with psrv.torch's DistributedOptimizer) is a device
+worker's side of gradient sharing: residual and encoding on the device, only the message on the host.
 """
 
 from __future__ import annotations
@@ -18,10 +14,9 @@ import logging
 import os
 from typing import Any
 
-import numpy as np
 from psrv.nn.protocol import DeviceNetwork, TrainableNetwork
 from psrv.nn.torch_adapter import resolve_device
-from psrv.server.update_intake import decode_or_reject
+from psrv.torch.device_sharing import DeviceSharing
 
 log = logging.getLogger(__name__)
 
@@ -75,69 +70,6 @@ def task_device() -> Any:
         return device
     log.info("task device cpu (auto: CUDA is not available)")
     return torch.device("cpu")
-
-
-class DeviceSharing:
-    """Gradient sharing for a network whose live parameters are torch tensors (see the module docstring).
-
-    ``node_params`` and ``node_hooks()`` go to the Node; each step call ``step(node, batch, ...)``.
-    """
-
-    def __init__(self, network: DeviceNetwork, encoder: Any) -> None:
-        self.network = network
-        self.encoder = encoder
-        self.node_params = network.params.copy()  # one host copy: the node's download target
-        self._staging: Any = None
-
-    def node_hooks(self) -> dict[str, Any]:
-        return {"apply": self.apply, "apply_many": self.apply_many, "installed": self.installed}
-
-    def apply(self, payload: np.ndarray, header: dict) -> None:
-        """The node's apply hook (called under its lock): decode a received update on the device."""
-        from psrv.encoding import device as codec  # lazy: the device codec needs torch
-
-        decode_or_reject(codec.decode, payload, self.network.flat_params, header)
-
-    def apply_many(self, payloads: list[np.ndarray], headers: list[dict]) -> list[Exception | None]:
-        """The node's batch hook (under its lock): an UPDATES frame's updates with one transfer and one
-        kernel on the device; a malformed one is returned as its error, the others are applied."""
-        from psrv.encoding import device as codec  # lazy: the device codec needs torch
-
-        return codec.decode_many(payloads, self.network.flat_params)
-
-    def installed(self, params: np.ndarray) -> None:
-        """The node downloaded the master copy into ``params`` (under its lock): put it on the device."""
-        self.network.set_params(params)
-
-    def to_host(self, message: Any) -> np.ndarray:
-        """The message as a NEW host int32 array (the node keeps it), through the reused staging buffer."""
-        import torch
-
-        size = int(message.numel())
-        if self._staging is None or self._staging.numel() < size:
-            capacity = max(size, 2 * (self._staging.numel() if self._staging is not None else 0), 1024)
-            pin = message.device.type == "cuda"
-            self._staging = torch.empty(capacity, dtype=torch.int32, pin_memory=pin)
-        view = self._staging[:size]
-        view.copy_(message)  # synchronous: the host copy below reads it at once
-        return view.numpy().copy()
-
-    def submit(self, node: Any, message: Any, iteration: int, epoch: int) -> int:
-        """Apply an encoded update (a device tensor) locally and hand its host copy to the node, both
-        under the node's lock (a re-sync never sees half of it). Returns the bytes sent."""
-        from psrv.encoding import device as codec  # lazy: imports torch, which a CPU task never needs
-
-        host = self.to_host(message)
-        with node.lock:
-            codec.decode(message, self.network.flat_params)
-            node.submit(host, iteration=int(iteration), epoch=int(epoch))
-        return int(host.nbytes)
-
-    def set_residual(self, residual: np.ndarray) -> None:
-        """Start from a residual carried over on the host (a previous task of the same master)."""
-        import torch
-
-        self.encoder.residual.copy_(torch.from_numpy(np.asarray(residual)))
 
 
 def wants_device_sharing(network: TrainableNetwork, force: bool = False) -> bool:

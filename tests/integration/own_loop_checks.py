@@ -1,0 +1,45 @@
+"""What a launcher's run of own_loop_script.py must show (the local launcher's test and the Spark one's)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SCRIPT = Path(__file__).with_name("own_loop_script.py")
+
+
+def load_script():
+    """The user's script as a module (its data, model and loss for the checks)."""
+    spec = importlib.util.spec_from_file_location("own_loop_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray) -> None:
+    """Every replica equal to the master copy after the drain, every message applied once, the master
+    copy learned, rank 0's state loads."""
+    script = load_script()
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(len(workers))]
+    for worker, ran in zip(workers, ranks, strict=True):
+        assert worker["replica"] == "equal", worker
+        assert worker["steps"] == ran["steps"] and worker["messages"] == ran["messages"] > 0
+        # exactly once: the master copy holds every message this worker sent, none twice
+        applied = int(applied_by_origin[str(worker["node_id"])])
+        assert applied == worker["messages"], (worker, applied_by_origin)
+    assert sum(int(v) for v in applied_by_origin.values()) == sum(w["messages"] for w in workers)
+    x, y = script.make_data()
+    model = script.make_model()
+    start = script.full_loss(model, x, y)
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(master), model.parameters())
+    learned = script.full_loss(model, x, y)
+    assert learned < 0.85 * start, (start, learned)
+    # the state rank 0 returned loads into a fresh model, and is the master copy up to updates that
+    # reached the master after rank 0 left (its final loss is as good)
+    fresh = script.make_model()
+    fresh.load_state_dict(torch.load(out / "rank0_state.pt"))
+    assert script.full_loss(fresh, x, y) < 0.85 * start

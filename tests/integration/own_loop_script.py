@@ -1,0 +1,70 @@
+"""A user's script with a training loop of its own, as `psrv run -n 2` and psrv.spark.run run it in the
+tests: an MLP, AdamW with a cosine schedule, gradient accumulation and clipping, each rank on its shard.
+
+It writes ``<out>/rank<r>.json`` (its losses and how many messages it sent) and, on rank 0, the model's
+final ``state_dict`` (``<out>/rank0_state.pt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import psrv.torch as pt
+import torch
+
+
+def make_data(seed: int = 0, n: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 10)).astype(np.float32)
+    y = (x @ rng.normal(size=(10, 3))).argmax(axis=1)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+
+
+def full_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(model(x), y))
+
+
+def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32) -> float:
+    pt.init()
+    rank, size = pt.rank(), pt.size()
+    x, y = make_data()
+    shard_x, shard_y = x[rank::size], y[rank::size]
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    optimizer = pt.DistributedOptimizer(optimizer, model)
+    first = full_loss(model, x, y)
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for _ in range(accumulate):
+            idx = torch.randint(0, len(shard_x), (batch,), generator=generator)
+            loss = torch.nn.functional.cross_entropy(model(shard_x[idx]), shard_y[idx]) / accumulate
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+    final = full_loss(model, x, y)
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"first": first, "final": final, "messages": optimizer.messages,
+                   "steps": optimizer.iterations}, f)
+    if rank == 0:
+        torch.save(model.state_dict(), os.path.join(out, "rank0_state.pt"))
+    return final
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=80)
+    args = parser.parse_args()
+    train(args.out, args.steps)

@@ -1,0 +1,77 @@
+"""psrv's own-loop launchers on one machine, run as a user would: ``psrv run -n 2 script.py`` on a
+script with its own loop, and ``psrv.torch.run`` with a worker that raises. Real processes, real sockets.
+
+The script's checks are the central invariant (every replica equals the master copy once drained), the
+exactly-once accounting (the master copy holds each worker's every message, once), learning (the loss of
+the master copy falls well below where it started) and the returned state loading into a fresh model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import psrv.torch as pt  # noqa: E402
+from own_loop_checks import SCRIPT, check_own_loop_run  # noqa: E402
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_psrv_run_trains_a_users_own_loop(tmp_path: Path) -> None:
+    master_file = tmp_path / "master.npy"
+    done = subprocess.run(
+        [sys.executable, "-m", "psrv.server.cli", "run", "-n", "2", "--save-master", str(master_file),
+         str(SCRIPT), "--out", str(tmp_path), "--steps", "80"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(summary["workers"]) == 2
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], np.load(master_file))
+
+
+def _raises_on_rank_1(message: str) -> str:
+    import psrv.torch as pt
+    import torch
+
+    pt.init()
+    model = torch.nn.Linear(4, 2)
+    optimizer = pt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    if pt.rank() == 1:
+        raise ValueError(message)
+    deadline = time.monotonic() + 240  # rank 0 would train on: the launcher must stop it
+    while time.monotonic() < deadline:
+        optimizer.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        optimizer.step()
+        time.sleep(0.01)
+    return "rank 0 was never stopped"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_that_raises_comes_back_as_the_users_exception() -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="bad shard 7") as info:
+        pt.run(_raises_on_rank_1, "bad shard 7", num_workers=2)
+    assert time.monotonic() - started < 120  # process start-up included; the stop itself takes seconds
+    assert "rank 1 failed" in str(info.value.__cause__) and "_raises_on_rank_1" in str(info.value.__cause__)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+
+
+def test_run_refuses_bad_arguments_before_starting_anything() -> None:
+    with pytest.raises(pt.SharingConfigError, match="num_workers"):
+        pt.run(_raises_on_rank_1, "x", num_workers=0)
+    with pytest.raises(pt.SharingConfigError, match="train_fn"):
+        pt.run("not a function", num_workers=2)

@@ -1,0 +1,59 @@
+"""psrv.spark.run on the real local-cluster: the user's own-loop script (AdamW + cosine schedule +
+clipping + accumulation) on 2 Spark tasks with the controller on the driver, and a worker that raises
+coming back as the user's own exception."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import psrv.spark  # noqa: E402
+from own_loop_checks import SCRIPT, check_own_loop_run  # noqa: E402
+from psrv.torch.worker import run_script  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def summary(result) -> tuple[list[dict], dict]:
+    workers = [{**report, "replica": report["replica"]["status"]} for report in result.reports]
+    return workers, {str(k): v for k, v in result.counters["applied_by_origin"].items()}
+
+
+@pytest.mark.timeout(400)
+def test_spark_run_trains_a_users_own_loop(spark, tmp_path: Path) -> None:
+    result = psrv.spark.run(run_script, str(SCRIPT), ["--out", str(tmp_path), "--steps", "80"],
+                            num_workers=2, spark=spark)
+    workers, applied = summary(result)
+    assert [w["rank"] for w in workers] == [0, 1]
+    check_own_loop_run(tmp_path, workers, applied, result.params)
+
+
+@pytest.mark.timeout(300)
+def test_spark_run_returns_the_workers_exception(spark) -> None:
+    def train(message: str) -> None:
+        import psrv.torch as pt
+
+        pt.init()
+        model = torch.nn.Linear(4, 2)
+        optimizer = pt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+        if pt.rank() == 1:
+            raise KeyError(message)
+        deadline = time.monotonic() + 240  # rank 0 trains on until the job is cancelled
+        while time.monotonic() < deadline:
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            optimizer.step()
+            time.sleep(0.01)
+
+    started = time.monotonic()
+    with pytest.raises(KeyError, match="no column 'label'"):
+        psrv.spark.run(train, "no column 'label'", num_workers=2, spark=spark)
+    assert time.monotonic() - started < 120
+    # the cluster is free again: a next job runs at once
+    assert spark.sparkContext.parallelize(range(4), 2).count() == 4

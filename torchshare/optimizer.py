@@ -1,0 +1,243 @@
+"""``DistributedOptimizer``: any torch optimizer, made gradient-sharing (Horovod's shape, psrv's protocol).
+
+Each ``step()`` takes the wrapped optimizer's step on a *step buffer* (psrv.nn.torch_flat, the same
+mechanism TorchNetwork uses), adds that step to the residual, threshold-encodes it, applies the encoded
+message to the live parameters and submits it to the mesh. The node's I/O thread decodes the other
+workers' updates into the live parameters whenever they arrive; the user's optimizer never writes them,
+so none of those updates is lost or overwritten by a step.
+
+What users do around ``step()`` works unchanged: ``zero_grad()``, gradient accumulation (several
+backward passes, then one step), ``clip_grad_norm_(model.parameters(), ...)``, ``torch.autocast`` with a
+``GradScaler`` (it reads ``param_groups`` and calls ``step``), LR schedulers attached to the wrapped
+optimizer or to this one. ``state_dict()`` holds the optimizer's state, the residual and the threshold
+algorithm's state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from psrv.encoding import ResidualEncoder, decode, post_processor_from_state, threshold_algorithm_from_state
+from psrv.nn.torch_device import import_torch, place_module
+from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, take_step
+from psrv.server import Node
+from psrv.torch import session
+from psrv.torch.device_sharing import DeviceSharing
+from psrv.torch.errors import RendezvousError, SharingConfigError
+from psrv.torch.rendezvous import JOIN_WAIT_S, ask
+
+torch = import_torch()
+
+
+class _LiveReplica:
+    """The flat parameters as DeviceSharing sees a network: the device tensor, a host copy, a setter."""
+
+    def __init__(self, flat: Any) -> None:
+        self.flat_params = flat
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.flat_params.detach().cpu().numpy()
+
+    def set_params(self, params: np.ndarray) -> None:
+        with torch.no_grad():
+            self.flat_params.copy_(torch.from_numpy(np.asarray(params)).to(self.flat_params.device))
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps ``optimizer`` (built on ``model.parameters()``) so that its steps are shared with every worker.
+
+    ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: ResidualEncoder's defaults).
+    ``device_encoding``: encode and decode with torch ops where the parameters live (None: off the CPU,
+    as a GPU worker must; True also on the CPU, the same messages byte for byte).
+    ``join``: True joins the launcher's job now (``psrv.torch.init()`` is called if it was not); False
+    trains alone (the encoded steps are applied locally only), e.g. to compare against one process.
+    The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
+    its parameters must be on one device, float32 or float64 (use ``torch.autocast`` for mixed precision).
+    """
+
+    def __init__(self, optimizer: Any, model: Any, *, threshold_algorithm: Any = None,
+                 post_processor: Any = None, device_encoding: bool | None = None, join: bool = True) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise SharingConfigError(
+                f"DistributedOptimizer: expected a torch.optim.Optimizer built on model.parameters(), got "
+                f"{type(optimizer).__name__}")
+        if not isinstance(model, torch.nn.Module):
+            raise SharingConfigError(f"DistributedOptimizer: expected the torch.nn.Module being trained, "
+                                     f"got {type(model).__name__}")
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        strangers = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]
+                     if id(p) not in trainable]
+        if strangers:
+            raise SharingConfigError(
+                f"DistributedOptimizer: the optimizer holds tensors that are not the model's trainable "
+                f"parameters (shapes {strangers[:3]}); build it on model.parameters() (or param groups of "
+                "them) of the model you pass")
+        self.device, dtype = place_module(model, None)
+        self.model = model
+        self._buffers = bind_flat_buffers(model, dtype, self.device)
+        self.optimizer = steer_to_step_buffer(optimizer, self._buffers)
+        self.defaults = optimizer.defaults
+        for hooks in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+                      "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                      "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"):
+            setattr(self, hooks, OrderedDict())
+        on_device = self.device.type != "cpu" if device_encoding is None else bool(device_encoding)
+        self.encoder = ResidualEncoder(
+            self.num_params, dtype=np.dtype(str(dtype).removeprefix("torch.")),
+            threshold_algorithm=threshold_algorithm, post_processor=post_processor,
+            device=self.device if on_device else None)
+        self.sharing = DeviceSharing(_LiveReplica(self._buffers.flat), self.encoder) if on_device else None
+        self.node: Node | None = None
+        self.lock: Any = threading.RLock()  # the node's lock once joined: every write of the live params
+        self.iterations = self.messages = self.bytes_sent = 0
+        if join:
+            self._join()
+
+    # --- what torch.optim.Optimizer users and tools read ------------------------------------------
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The wrapped optimizer's groups (their params are the step copies; each one's ``.grad`` is the
+        model parameter's gradient, re-pointed first, so GradScaler and schedulers see the real ones)."""
+        restore_grad_views(self._buffers, keep_missing=True)
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @property
+    def num_params(self) -> int:
+        return int(self._buffers.flat.numel())
+
+    @property
+    def flat_params(self) -> Any:
+        """The live flat parameter tensor (the model computes with views of it; the decoder writes it)."""
+        return self._buffers.flat
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise SharingConfigError("DistributedOptimizer: param groups are fixed once wrapped; give the "
+                                 "wrapped optimizer all its groups before wrapping it")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """As torch's: the model's gradients become None (or zeros)."""
+        for p in self._buffers.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+        for shadow in self._buffers.step_params:
+            shadow.grad = None if set_to_none else shadow.grad
+
+    # --- the step ----------------------------------------------------------------------------------
+
+    def step(self, closure: Any = None) -> Any:
+        """The wrapped optimizer's step, shared: encoded, applied locally, submitted (see the module)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        restore_grad_views(self._buffers, keep_missing=True)
+        update, _ = take_step(self._buffers, self.optimizer, reuse=True)
+        self.iterations += 1
+        message = self.encoder.encode_update(update if self.sharing is not None else update.numpy())
+        if message is not None:
+            self._submit(message)
+        return loss
+
+    def _submit(self, message: Any) -> None:
+        if self.sharing is not None:
+            if self.node is None:
+                from psrv.encoding import device as codec  # lazy: the device codec imports torch ops
+
+                with self.lock:
+                    codec.decode(message, self._buffers.flat)
+                sent = int(message.numel()) * 4
+            else:
+                sent = self.sharing.submit(self.node, message, self.iterations, 0)
+        elif self.node is None:
+            with self.lock:
+                decode(message, self._buffers.host_view)
+            sent = int(message.nbytes)
+        else:
+            self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=True)
+            sent = int(message.nbytes)
+        self.messages += 1
+        self.bytes_sent += sent
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """The wrapped optimizer's state dict, the residual (a host copy) and the threshold state."""
+        residual = self.encoder.residual
+        return {"optimizer": self.optimizer.state_dict(),
+                "residual": residual.detach().cpu().numpy().copy() if self.sharing is not None
+                else np.array(residual, copy=True),
+                "threshold": self.encoder.threshold_algorithm.get_state(),
+                "post_processor": self.encoder.post_processor.get_state(),
+                "iterations": self.iterations}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        """Restore what ``state_dict`` returned (a plain optimizer's state dict is accepted too)."""
+        if "optimizer" not in state_dict:  # the state of the optimizer before it was wrapped
+            self.optimizer.load_state_dict(state_dict)
+            return
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+        residual = np.asarray(state_dict["residual"])
+        if residual.shape != (self.num_params,):
+            raise SharingConfigError(f"load_state_dict: the residual has shape {residual.shape}, this "
+                                     f"model has {self.num_params} parameters")
+        if self.sharing is not None:
+            self.sharing.set_residual(residual)
+        else:
+            self.encoder.residual[...] = residual
+        self.encoder.threshold_algorithm = threshold_algorithm_from_state(state_dict["threshold"])
+        self.encoder.post_processor = post_processor_from_state(state_dict["post_processor"])
+        self.iterations = int(state_dict.get("iterations", 0))
+
+    # --- joining and leaving -------------------------------------------------------------------------
+
+    def _join(self) -> None:
+        """Join the launcher's job: rank 0's parameters start the master copy; every rank downloads it."""
+        here = session.attach(self)
+        env = here.env
+        host = self.sharing.network.params if self.sharing is not None else self._buffers.host_view
+        reply = ask(env, ("join", env.rank, host if env.rank == 0 else None), JOIN_WAIT_S + 30.0)
+        if reply[0] != "controller":
+            raise RendezvousError(f"rank {env.rank}: the launcher aborted the job: {reply[1]}")
+        _, address, transport = reply
+        config = transport.replace(node_name=f"{env.job}-r{env.rank}")
+        if self.sharing is not None:
+            node = Node(config, self.sharing.node_params, address, **self.sharing.node_hooks())
+        else:
+            node = Node(config, self._buffers.host_view, address)
+        node.start()  # joins and downloads the master copy into the live parameters
+        self.node, self.lock = node, node.lock
+
+    def leave(self) -> dict[str, Any]:
+        """Wait until the controller holds every update sent, check the replica, stop the node; returns
+        this worker's report (counts, the replica check, the node's counters)."""
+        node = self.node
+        report: dict[str, Any] = {"steps": self.iterations, "messages": self.messages,
+                                  "bytes_sent": self.bytes_sent}
+        if node is None:
+            return report
+        config = node.config
+        wait_s = config.heartbeat_s * (config.missed_beats + 4)
+        try:
+            current = (lambda: self.sharing.network.params) if self.sharing is not None else None
+            report["replica"] = node.check_replica(wait_s + 5.0, current=current).as_dict()
+            report["acknowledged"] = node.wait_acknowledged(wait_s)
+            report["counters"] = node.counters()
+            report["node_id"] = node.node_id
+        finally:
+            node.stop()
+            self.node = None
+        return report
+
+
+__all__ = ["DistributedOptimizer"]
