@@ -79,3 +79,11 @@ def test_row_path_names_the_column_of_a_string_label() -> None:
     rows = [{"x": 1.0, "label": "yes"}]
     with pytest.raises(SparkInputError, match="column 'label'.*'yes'.*StringIndexer"):
         list(row_converter(("x",), "label", 2)(iter(rows)))
+
+
+def test_sparknetwork_row_path_refuses_fractional_class_labels() -> None:
+    from psrv.spark.data.inputs import _rows_to_datasets
+
+    rows = [{"features": [1.0, 2.0], "label": v} for v in (0.0, 1.0, 1.5)]
+    with pytest.raises(SparkInputError, match=r"DataFrame column 'label'.*row 2 .*1\.5"):
+        list(_rows_to_datasets("features", "label", 3)(iter(rows)))
