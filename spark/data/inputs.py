@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from psrv.nn.data import DataSet
 from psrv.nn.network import Network as LayerNetwork
-from psrv.spark.data.parquet import ParquetColumns, parquet_datasets
+from psrv.spark.data.parquet import ParquetColumns, check_class_indices, parquet_datasets
 from psrv.spark.errors import SparkInputError
 
 if TYPE_CHECKING:
@@ -32,7 +32,12 @@ def _vector(value: Any, column: str) -> np.ndarray:
         value = value.toArray()
     if value is None:
         raise SparkInputError(f"DataFrame column {column!r}: expected numbers, got a null")
-    return np.asarray(value, dtype=np.float32)
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise SparkInputError(
+            f"DataFrame column {column!r}: expected numbers, arrays of numbers or ML Vectors, got {value!r} "
+            f"({type(value).__name__}); text labels need a StringIndexer stage first") from exc
 
 
 def _rows_to_datasets(
@@ -41,18 +46,15 @@ def _rows_to_datasets(
     def convert(rows: Iterator[Any]) -> Iterator[DataSet]:
         features: list[np.ndarray] = []
         labels: list[np.ndarray] = []
+        seen = [0]  # rows of this partition converted before the current batch
 
         def flush() -> DataSet:
             x = np.stack(features)
             y = np.stack(labels)
             if num_classes is not None:
-                index = y.reshape(-1).astype(np.int64)
-                if index.size and (index.min() < 0 or index.max() >= num_classes):
-                    raise SparkInputError(
-                        f"DataFrame column {label_col!r}: expected class indices in [0, {num_classes}), got "
-                        f"range [{int(index.min())}, {int(index.max())}]"
-                    )
-                y = np.eye(num_classes, dtype=np.float32)[index]
+                values = y.reshape(-1).astype(np.float64)
+                check_class_indices(values, num_classes, label_col, "DataFrame", seen[0])
+                y = np.eye(num_classes, dtype=np.float32)[values.astype(np.int64)]
             elif y.ndim == 1:
                 y = y.reshape(-1, 1)
             return DataSet(x, y.astype(np.float32))
@@ -68,6 +70,7 @@ def _rows_to_datasets(
             labels.append(label.reshape(-1) if num_classes is None else label.reshape(()))
             if len(features) == ROWS_PER_DATASET:
                 yield flush()
+                seen[0] += len(features)
                 features, labels = [], []
         if features:
             yield flush()

@@ -58,12 +58,13 @@ def require_pyarrow() -> Any:
 # --------------------------------------------------------------------------------------------------
 # Arrow columns to numpy
 # --------------------------------------------------------------------------------------------------
-def _vectors(column: Any, name: str) -> np.ndarray:
-    """(n, k) float32 from a numeric, list, fixed-size-list or Spark ML Vector (struct) column."""
+def _vectors(column: Any, name: str, source: str = "Parquet") -> np.ndarray:
+    """(n, k) float32 from a numeric, list, fixed-size-list or Spark ML Vector (struct) column; ``source``
+    names what the column belongs to in messages (a Parquet file, a DataFrame ...)."""
     pa = require_pyarrow()
     column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     if column.null_count:
-        raise SparkInputError(f"Parquet column {name!r}: expected numbers, got {column.null_count} null(s)")
+        raise SparkInputError(f"{source} column {name!r}: expected numbers, got {column.null_count} null(s)")
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         return column.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, 1)
@@ -75,23 +76,23 @@ def _vectors(column: Any, name: str) -> np.ndarray:
         lengths = np.diff(offsets)
         if lengths.size and (lengths != lengths[0]).any():
             raise SparkInputError(
-                f"Parquet column {name!r}: expected arrays of one length, got lengths "
+                f"{source} column {name!r}: expected arrays of one length, got lengths "
                 f"{int(lengths.min())}..{int(lengths.max())}"
             )
         values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
         return values.reshape(len(column), int(lengths[0]) if lengths.size else 0)
     if pa.types.is_struct(kind) and {"type", "size", "indices", "values"} <= {f.name for f in kind}:
-        return _ml_vectors(column, name)
+        return _ml_vectors(column, name, source)
     raise SparkInputError(
-        f"Parquet column {name!r}: expected numbers, arrays of numbers or ML Vectors, got {kind}"
+        f"{source} column {name!r}: expected numbers, arrays of numbers or ML Vectors, got {kind}"
     )
 
 
-def _ml_vectors(column: Any, name: str) -> np.ndarray:
+def _ml_vectors(column: Any, name: str, source: str) -> np.ndarray:
     """Spark ML's VectorUDT as stored in Parquet: struct<type: 0 sparse / 1 dense, size, indices, values>."""
     kinds = column.field("type").to_numpy(zero_copy_only=False)
     if (kinds == 1).all():  # dense only (VectorAssembler's usual output): the values column as it is
-        return _vectors(column.field("values"), name)
+        return _vectors(column.field("values"), name, source)
     values = column.field("values").to_pylist()
     sizes = column.field("size").to_pylist()
     indices = column.field("indices").to_pylist()
@@ -104,7 +105,7 @@ def _ml_vectors(column: Any, name: str) -> np.ndarray:
         else:
             out[row, np.asarray(idx, dtype=np.int64)] = vals
     if not np.isfinite(out).all():
-        raise SparkInputError(f"Parquet column {name!r}: holds non-finite values")
+        raise SparkInputError(f"{source} column {name!r}: holds non-finite values")
     return out
 
 
@@ -116,6 +117,8 @@ class ParquetColumns:
     features_col: str | tuple[str, ...] = "features"
     label_col: str = "label"
     num_classes: int | None = None
+    source: str = "Parquet"  # what the columns belong to, in messages ("DataFrame" for mapInArrow's batches)
+    binary: bool = False  # labels must be 0 or 1 (a binary loss's one output), kept as they are
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -126,24 +129,37 @@ class ParquetColumns:
         """Every column read, features first (a column may not be both)."""
         return [*self.feature_names, self.label_col]
 
-    def to_dataset(self, table: Any) -> DataSet:
-        parts = [_vectors(table.column(name), name) for name in self.feature_names]
+    def to_dataset(self, table: Any, first_row: int = 0) -> DataSet:
+        """One DataSet of ``table``; ``first_row`` (the table's first row in the task's input) places a
+        bad label in messages."""
+        parts = [_vectors(table.column(name), name, self.source) for name in self.feature_names]
         features = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-        labels = _vectors(table.column(self.label_col), self.label_col)
-        if self.num_classes is not None:
+        labels = _vectors(table.column(self.label_col), self.label_col, self.source)
+        if self.num_classes is not None or self.binary:
+            classes = 2 if self.binary else int(self.num_classes or 0)
             if labels.shape[1] != 1:
                 raise SparkInputError(
-                    f"Parquet column {self.label_col!r}: expected one class index per row, got "
+                    f"{self.source} column {self.label_col!r}: expected one class index per row, got "
                     f"{labels.shape[1]} values"
                 )
-            index = labels[:, 0].astype(np.int64)
-            if index.size and (index.min() < 0 or index.max() >= self.num_classes):
-                raise SparkInputError(
-                    f"Parquet column {self.label_col!r}: expected class indices in [0, {self.num_classes}), "
-                    f"got range [{int(index.min())}, {int(index.max())}]"
-                )
-            labels = np.eye(self.num_classes, dtype=np.float32)[index]
+            check_class_indices(labels[:, 0], classes, self.label_col, self.source, first_row)
+            if not self.binary:
+                labels = np.eye(classes, dtype=np.float32)[labels[:, 0].astype(np.int64)]
         return DataSet(features, labels)
+
+
+def check_class_indices(values: np.ndarray, num_classes: int, column: str, source: str,
+                        first_row: int) -> None:
+    """Refuse a label that is not an integral class index in ``[0, num_classes)``, naming the column,
+    the value and its row (``first_row`` + its position here)."""
+    bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < 0) | (values >= num_classes)
+    if values.size and bad.any():
+        row = int(np.argmax(bad))
+        raise SparkInputError(
+            f"{source} column {column!r}: row {first_row + row} of this task's input holds "
+            f"{float(values[row])!r}; expected integral class indices in [0, {num_classes}) "
+            f"({int(bad.sum())} such value(s) here)"
+        )
 
 
 @dataclass(frozen=True)
@@ -169,9 +185,11 @@ class ParquetFileReader:
                     raise SparkInputError(
                         f"{path}: Parquet file lacks column(s) {missing}; it has {parquet.schema_arrow.names}"
                     )
+                first_row = 0
                 for batch in parquet.iter_batches(batch_size=self.rows, columns=wanted):
                     if batch.num_rows:
-                        yield self.columns.to_dataset(batch)
+                        yield self.columns.to_dataset(batch, first_row)
+                    first_row += batch.num_rows
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,11 +254,13 @@ class ArrowBatchConverter:
 
         import pyarrow as pa
 
+        first_row = 0
         for batch in batches:
             for start in range(0, batch.num_rows, self.rows):
-                dataset = self.columns.to_dataset(batch.slice(start, self.rows))
+                dataset = self.columns.to_dataset(batch.slice(start, self.rows), first_row + start)
                 blob = pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
                 yield pa.RecordBatch.from_arrays([pa.array([blob], pa.binary())], [ARROW_DATASET_COLUMN])
+            first_row += batch.num_rows
 
 
 def _unpickle_dataset(row: Any) -> DataSet:
@@ -336,6 +356,7 @@ __all__ = [
     "ParquetColumns",
     "ParquetDataSetLoader",
     "ParquetFileReader",
+    "check_class_indices",
     "require_pyarrow",
     "arrow_datasets",
     "dataset_from_parquet",

@@ -15,10 +15,26 @@ from psrv.spark.data.parquet import _vectors
 from psrv.spark.task.row_datasets import CHUNK_ROWS, row_features
 from psrv.spark.task.worker import cached_network
 
-__all__ = ["ArrowPredictor", "row_predictor"]
+__all__ = ["ArrowPredictor", "row_predictor", "scores"]
 
 
-def row_predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: bool) -> Any:
+def scores(out: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(prediction, probability) of an activated (n, k) output, as its kind predicts
+    (psrv.nn.output_semantics): multiclass the argmax and the output; binary of one column ``p >= 0.5`` and
+    ``[1 - p, p]``, of several (multi-label) each column thresholded and the output; regression the output
+    (one column: a value per row) and no probability."""
+    out = np.asarray(out, dtype=np.float64).reshape(len(out), -1)
+    if kind == "multiclass":
+        return np.argmax(out, axis=1).astype(np.float64), out
+    if kind == "binary":
+        chosen = (out >= 0.5).astype(np.float64)
+        if out.shape[1] == 1:
+            return chosen[:, 0], np.hstack([1.0 - out, out])
+        return chosen, out
+    return (out[:, 0] if out.shape[1] == 1 else out), None
+
+
+def row_predictor(broadcast: Any, feature_cols: tuple[str, ...], kind: str) -> Any:
     """A ``mapPartitions`` function: each row with its prediction (and probability vector) appended."""
 
     def predict(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
@@ -27,12 +43,14 @@ def row_predictor(broadcast: Any, feature_cols: tuple[str, ...], classifier: boo
         network = cached_network(broadcast.value)  # built once per executor process
         for chunk in chunked(rows, CHUNK_ROWS):
             out = np.asarray(network.output(np.stack([row_features(r, feature_cols) for r in chunk])))
-            for row, values in zip(chunk, out, strict=True):
-                if classifier:
-                    index = int(values[0] >= 0.5) if values.shape[0] == 1 else int(np.argmax(values))
-                    yield (*row, float(index), DenseVector(values.astype(np.float64)))
+            prediction, probability = scores(out, kind)
+            for i, row in enumerate(chunk):
+                value = prediction[i]
+                value = float(value) if np.ndim(value) == 0 else [float(v) for v in value]
+                if probability is None:
+                    yield (*row, value)
                 else:
-                    yield (*row, float(values[0]) if values.shape[0] == 1 else [float(v) for v in values])
+                    yield (*row, value, DenseVector(probability[i]))
 
     return predict
 
@@ -44,24 +62,24 @@ class ArrowPredictor:
 
     broadcast: Any
     feature_cols: tuple[str, ...]
-    classifier: bool
+    kind: str
 
     def __call__(self, *arrays: Any) -> Any:
         import pyarrow as pa
 
-        parts = [_vectors(a, name) for a, name in zip(arrays, self.feature_cols, strict=True)]
+        parts = [_vectors(a, name, "DataFrame") for a, name in zip(arrays, self.feature_cols, strict=True)]
         x = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         network = cached_network(self.broadcast.value)
-        out = np.asarray(network.output(x), dtype=np.float64).reshape(len(x), -1)
-        outputs = out.shape[1]
+        prediction, probability = scores(np.asarray(network.output(x)), self.kind)
 
-        def lists(values: np.ndarray) -> Any:
-            offsets = pa.array(np.arange(0, values.size + 1, outputs, dtype=np.int32))
+        def column(values: np.ndarray) -> Any:
+            if values.ndim == 1:
+                return pa.array(values)
+            width = values.shape[1]
+            offsets = pa.array(np.arange(0, values.size + 1, width, dtype=np.int32))
             return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1)))
 
-        if self.classifier:
-            index = (out[:, 0] >= 0.5) if outputs == 1 else np.argmax(out, axis=1)
-            return pa.StructArray.from_arrays([pa.array(index.astype(np.float64)), lists(out)],
-                                              names=["prediction", "probability"])
-        prediction = pa.array(out[:, 0]) if outputs == 1 else lists(out)
-        return pa.StructArray.from_arrays([prediction], names=["prediction"])
+        if probability is None:
+            return pa.StructArray.from_arrays([column(prediction)], names=["prediction"])
+        return pa.StructArray.from_arrays([column(prediction), column(probability)],
+                                          names=["prediction", "probability"])

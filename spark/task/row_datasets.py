@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from psrv.nn.data import DataSet
 from psrv.spark.data.batching import chunked
+from psrv.spark.data.parquet import check_class_indices
 from psrv.spark.errors import SparkInputError
 
 __all__ = ["CHUNK_ROWS", "row_converter", "row_features"]
@@ -24,7 +25,12 @@ def _values(value: Any, column: str) -> np.ndarray:
         raise SparkInputError(f"column {column!r}: expected numbers, got a null")
     if hasattr(value, "toArray"):
         value = value.toArray()
-    return np.asarray(value, dtype=np.float32).reshape(-1)
+    try:
+        return np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise SparkInputError(
+            f"DataFrame column {column!r}: expected numbers, arrays of numbers or ML Vectors, got "
+            f"{value!r} ({type(value).__name__}); text labels need a StringIndexer stage first") from exc
 
 
 def row_features(row: Any, columns: Sequence[str]) -> np.ndarray:
@@ -33,24 +39,29 @@ def row_features(row: Any, columns: Sequence[str]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def row_converter(feature_cols: tuple[str, ...], label_col: str, num_classes: int | None) -> Any:
+def row_converter(feature_cols: tuple[str, ...], label_col: str, num_classes: int | None,
+                  binary: bool = False) -> Any:
     """A ``mapPartitions`` function: rows to DataSets of ``CHUNK_ROWS`` examples (labels one-hot where
-    ``num_classes`` is given, checked to be class indices)."""
+    ``num_classes`` is given, 0/1 kept as they are where ``binary``; either checked to be class indices)."""
 
     def convert(rows: Iterator[Any]) -> Iterator[Any]:
+        first_row = 0
         for chunk in chunked(rows, CHUNK_ROWS):
             x = np.stack([row_features(r, feature_cols) for r in chunk])
             labels = [_values(r[label_col], label_col) for r in chunk]
-            if num_classes is not None:
-                index = np.array([int(v[0]) for v in labels], dtype=np.int64)
-                if index.min() < 0 or index.max() >= num_classes:
-                    raise SparkInputError(
-                        f"column {label_col!r}: expected class indices in [0, {num_classes}), got range "
-                        f"[{int(index.min())}, {int(index.max())}]"
-                    )
-                y = np.eye(num_classes, dtype=np.float32)[index]
+            if num_classes is not None or binary:
+                if any(v.shape[0] != 1 for v in labels):
+                    raise SparkInputError(f"DataFrame column {label_col!r}: expected one class index per row")
+                values = np.array([v[0] for v in labels], dtype=np.float64)
+                classes = 2 if binary else int(num_classes or 0)
+                check_class_indices(values, classes, label_col, "DataFrame", first_row)
+                if binary:
+                    y = values.astype(np.float32).reshape(-1, 1)
+                else:
+                    y = np.eye(classes, dtype=np.float32)[values.astype(np.int64)]
             else:
                 y = np.stack(labels).astype(np.float32)
+            first_row += len(chunk)
             yield DataSet(x, y)
 
     return convert

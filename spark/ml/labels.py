@@ -1,0 +1,88 @@
+"""The estimators' checks of a DataFrame's label column against what the loss needs, on the driver before
+training starts: its type from the schema (no job), and for class labels one query for a value that is not
+a class (the first such row located only when there is one)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from psrv.spark.data.parquet import parquet_files
+from psrv.spark.errors import SparkInputError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["check_labels", "frame_kind"]
+
+
+def frame_kind(frame: DataFrame) -> str:
+    """What the DataFrame is, for messages: a Parquet scan or another DataFrame."""
+    return "Parquet DataFrame" if parquet_files(frame) is not None else "DataFrame"
+
+
+def _type_name(frame: DataFrame, column: str) -> str:
+    return frame.schema[column].dataType.simpleString()
+
+
+def check_labels(frame: DataFrame, label_col: str, kind: str, num_classes: int, what: str = "") -> None:
+    """Refuse a label column the loss cannot take: text for any loss, and for ``multiclass`` / ``binary``
+    anything but integral class indices in ``[0, num_classes)`` (binary: 0 and 1). ``what`` names the
+    frame (e.g. "the validation DataFrame")."""
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql.types import ArrayType, BooleanType, NumericType, StringType
+
+    where = what or f"the {frame_kind(frame)}"
+    data_type = frame.schema[label_col].dataType
+    if isinstance(data_type, StringType):
+        raise SparkInputError(
+            f"label column {label_col!r} of {where} holds strings ({_type_name(frame, label_col)}); psrv "
+            f"trains on numbers. Fix: index them first, e.g. StringIndexer(inputCol={label_col!r}, "
+            "outputCol='label_index') as an earlier Pipeline stage, and labelCol='label_index'")
+    if kind == "regression":
+        if not isinstance(data_type, NumericType | ArrayType | VectorUDT | BooleanType):
+            raise SparkInputError(
+                f"label column {label_col!r} of {where}: expected numbers, arrays of numbers or ML Vectors "
+                f"for a regression loss, got {_type_name(frame, label_col)}")
+        return
+    if not isinstance(data_type, NumericType | BooleanType):
+        raise SparkInputError(
+            f"label column {label_col!r} of {where}: expected one class index per row (a number) for a "
+            f"{kind} loss, got {_type_name(frame, label_col)}")
+    _check_class_values(frame, label_col, kind, num_classes, where)
+
+
+def _check_class_values(frame: DataFrame, label_col: str, kind: str, num_classes: int, where: str) -> None:
+    from pyspark.sql import functions as F
+
+    value = F.col(label_col).cast("double")
+    good = (value.isNotNull() & ~F.isnan(value) & (value == F.floor(value)) & (value >= 0)
+            & (value < num_classes))
+    bad = frame.select(label_col).where(~good | value.isNull()).limit(1).collect()
+    if not bad:
+        return
+    row, found = _first_bad_row(frame, label_col, num_classes)
+    expected = "0 or 1" if kind == "binary" else f"integral class indices in [0, {num_classes})"
+    place = f"row {row} (0-based, in the DataFrame's order)" if row is not None else "a row"
+    fix = ("Fix: map the labels to 0/1" if kind == "binary" else
+           "Fix: index the classes 0..k-1 (StringIndexer does), or give the model one output per class")
+    raise SparkInputError(
+        f"label column {label_col!r} of {where}: {place} holds {found!r}; a {kind} loss needs {expected}. "
+        f"{fix}")
+
+
+def _first_bad_row(frame: DataFrame, label_col: str, num_classes: int) -> tuple[int | None, Any]:
+    """(position, value) of the first label that is not a class index; a second job, on the error path."""
+    import math
+
+    def bad(pair: tuple[Any, int]) -> bool:
+        value = pair[0][0]
+        if value is None:
+            return True
+        number = float(value)
+        return math.isnan(number) or number != math.floor(number) or not 0 <= number < num_classes
+
+    found = frame.select(label_col).rdd.zipWithIndex().filter(bad).take(1)
+    if not found:
+        return None, None
+    (row_value,), index = found[0]
+    return int(index), row_value

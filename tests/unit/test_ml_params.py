@@ -1,0 +1,57 @@
+"""The Spark ML stages' Params without a Spark session: declared, explained, copied, set by the
+constructors' snake_case keywords or by their own names, and refused when a value cannot be right."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from psrv.spark.errors import SparkConfigError  # noqa: E402
+from psrv.spark.ml import TorchEstimator, TorchModel  # noqa: E402
+from psrv.spark.ml.estimator import LearningRate  # noqa: E402
+
+
+def _estimator(**kwargs) -> TorchEstimator:
+    return TorchEstimator(torch.nn.Linear(4, 2), torch.nn.CrossEntropyLoss(), input_shape=(4,), **kwargs)
+
+
+def test_params_are_declared_explained_and_copied() -> None:
+    estimator = _estimator(epochs=3, batch_size=8, learning_rate=0.01, validation=0.2, run_id="a")
+    names = {p.name for p in estimator.params}
+    assert {"featuresCol", "labelCol", "predictionCol", "probabilityCol", "epochs", "batchSize",
+            "learningRate", "validation", "seed", "resume", "runId", "controllerPort",
+            "checkpointDir"} <= names
+    assert "epochs: epochs to train" in estimator.explainParams()
+    assert (estimator.getOrDefault("epochs"), estimator.getBatchSize()) == (3, 8)
+    assert estimator.getValidation() == 0.2
+    copied = estimator.copy({estimator.epochs: 5, estimator.learningRate: 0.1})
+    assert (copied.getEpochs(), copied.getLearningRate(), estimator.getEpochs()) == (5, 0.1, 3)
+    assert copied.module is estimator.module and copied.uid == estimator.uid
+    assert _estimator(batchSize=16, labelCol="y").getBatchSize() == 16  # Spark's own names work too
+    assert estimator.setParams(epochs=7).getEpochs() == 7
+    model = TorchModel(_estimator()._new_network(), feature_cols=["a", "b"])
+    assert model.feature_cols == ("a", "b") and model.getFeaturesCol() == ["a", "b"]
+    assert model.output_kind == "multiclass" and isinstance(model.getModel(), torch.nn.Linear)
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"epochs": 0}, "epochs"), ({"validation": 1.5}, "fraction"),
+    ({"controller_port": 70000}, "controllerPort"),
+    ({"output_kind": "ranking"}, "outputKind"), ({"epoch": 2}, "no setting 'epoch'")])
+def test_values_that_cannot_be_right_are_refused(keywords, message) -> None:
+    with pytest.raises(SparkConfigError, match=message):
+        _estimator(**keywords)
+
+
+def test_learning_rate_reaches_every_group_and_the_file_form() -> None:
+    network = _estimator(learning_rate=0.25, optimizer=lambda ps: torch.optim.SGD(ps, lr=1.0))._new_network()
+    assert [g["lr"] for g in network.optimizer.param_groups] == [0.25]
+    assert network.optimizer.defaults["lr"] == 0.25
+    with pytest.raises(SparkConfigError, match="takes no learning rate"):
+        LearningRate(_NoLr, 0.1)(torch.nn.Linear(2, 2).parameters())
+
+
+class _NoLr(torch.optim.Optimizer):
+    def __init__(self, params) -> None:
+        super().__init__(params, {"momentum": 0.0})
