@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode
 from psrv.nn import TorchNetwork
-from psrv.spark.task.device import DeviceSharing
+from psrv.torch.device_sharing import DeviceSharing
 
 
 def timer(device) -> Callable[[Callable[[], object], int], float]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from psrv.nn.protocol import DeviceNetwork, TrainableNetwork
 from psrv.nn.torch_adapter import resolve_device
-from psrv.torch.device_sharing import DeviceSharing
 
 log = logging.getLogger(__name__)
 
@@ -77,4 +76,4 @@ def wants_device_sharing(network: TrainableNetwork, force: bool = False) -> bool
     return isinstance(network, DeviceNetwork) and (force or not network.on_host)
 
 
-__all__ = ["DEVICE_ENV", "DeviceSharing", "task_device", "wants_device_sharing"]
+__all__ = ["DEVICE_ENV", "task_device", "wants_device_sharing"]

@@ -10,9 +10,9 @@ from psrv.nn.protocol import TrainableNetwork
 from psrv.server.node import Node
 from psrv.spark.config import split_address
 from psrv.spark.errors import ControllerUnreachableError
-from psrv.spark.task.device import DeviceSharing
 from psrv.spark.task.setup import WorkerSetup
 from psrv.spark.task.worker import worker_id
+from psrv.torch.device_sharing import DeviceSharing
 from psrv.transport import TransportError
 
 log = logging.getLogger(__name__)

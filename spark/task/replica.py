@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 from psrv.server.node import Node
-from psrv.spark.task.device import DeviceSharing
 from psrv.spark.task.worker import worker_id
+from psrv.torch.device_sharing import DeviceSharing
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
 from psrv.spark.payload import buffers_of
-from psrv.spark.task.device import DeviceSharing, wants_device_sharing
+from psrv.spark.task.device import wants_device_sharing
 from psrv.spark.task.failures import check_finite, report_fatal, step_error
 from psrv.spark.task.node import start_node, wait_acknowledged
 from psrv.spark.task.prefetch import PrefetchingIterator
@@ -38,6 +38,7 @@ from psrv.spark.task.worker import (
     training_network,
     worker_id,
 )
+from psrv.torch.device_sharing import DeviceSharing
 
 if TYPE_CHECKING:
     from pyspark import Broadcast
