@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from psrv.encoding.thresholds import (
         AdaptiveThreshold,
         FixedThreshold,
+        SampledQuantileThreshold,
         TargetSparsityThreshold,
+        dl4j_threshold,
         threshold_algorithm_from_state,
     )
 
@@ -58,6 +60,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     **{name: ("psrv.encoding.thresholds", name) for name in (
         "AdaptiveThreshold", "FixedThreshold", "TargetSparsityThreshold", "threshold_algorithm_from_state",
     )},
+    "SampledQuantileThreshold": ("psrv.encoding.thresholds", "SampledQuantileThreshold"),
+    "dl4j_threshold": ("psrv.encoding.thresholds", "dl4j_threshold"),
 }
 
 
@@ -87,8 +91,10 @@ __all__ = [
     "NonFiniteResidualError",
     "ResidualClipping",
     "ResidualEncoder",
+    "SampledQuantileThreshold",
     "TargetSparsityThreshold",
     "decode",
+    "dl4j_threshold",
     "encode",
     "encode_counted",
     "encoding_stats",

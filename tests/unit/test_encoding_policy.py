@@ -18,6 +18,7 @@ from psrv.encoding import (
     NoResidualPostProcessor,
     ResidualClipping,
     ResidualEncoder,
+    SampledQuantileThreshold,
     TargetSparsityThreshold,
     decode,
     encoding_stats,
@@ -256,7 +257,7 @@ def test_encoding_stats_in_multiples_of_the_float32_tau() -> None:
 def test_residual_encoder_defaults() -> None:
     encoder = ResidualEncoder(10)
     assert encoder.residual.dtype == np.float32 and encoder.residual.shape == (10,)
-    assert isinstance(encoder.threshold_algorithm, AdaptiveThreshold)
+    assert isinstance(encoder.threshold_algorithm, SampledQuantileThreshold)
     assert isinstance(encoder.post_processor, ResidualClipping)
     assert encoder.last_stats is None
 
