@@ -63,10 +63,10 @@ def test_one_worker_with_a_small_tau_is_the_encoder_loop_bit_for_bit() -> None:
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_synchronous_averaging_is_one_process_with_the_combined_batch(optimizer) -> None:
-    task = tasks.make("tiny", epochs=2)
-    for workers in (1, 2, 4):
+    task = tasks.make("tiny")
+    for workers in (1, 3):
         synchronous = harness.synchronous(task, harness.Setting(optimizer=optimizer, workers=workers), F64)
-        combined = tasks.make("tiny", epochs=2, batch_size=task.batch_size * workers)
+        combined = tasks.make("tiny", batch_size=task.batch_size * workers)
         one = harness.one_process(combined, harness.Setting(optimizer=optimizer, workers=1), F64)
         assert synchronous.steps == one.steps
         if workers == 1:
