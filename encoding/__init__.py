@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from psrv.encoding.thresholds import (
         AdaptiveThreshold,
         FixedThreshold,
+        SampledQuantileThreshold,
         TargetSparsityThreshold,
+        dl4j_threshold,
         threshold_algorithm_from_state,
     )
 
@@ -62,6 +64,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     **{name: ("psrv.encoding.thresholds", name) for name in (
         "AdaptiveThreshold", "FixedThreshold", "TargetSparsityThreshold", "threshold_algorithm_from_state",
     )},
+    "SampledQuantileThreshold": ("psrv.encoding.thresholds", "SampledQuantileThreshold"),
+    "dl4j_threshold": ("psrv.encoding.thresholds", "dl4j_threshold"),
 }
 
 
@@ -92,10 +96,12 @@ __all__ = [
     "ResidualClipping",
     "ResidualEncoder",
     "ResidualPostProcessor",
+    "SampledQuantileThreshold",
     "TargetSparsityThreshold",
     "ThresholdAlgorithm",
     "decode",
     "decode_validated",
+    "dl4j_threshold",
     "encode",
     "encode_counted",
     "encoding_stats",

@@ -68,7 +68,13 @@ _FATAL_POLL_S = 0.5  # how often the driver looks for a task's fatal error in th
 
 
 class SharedTrainingMaster:
-    """Asynchronous data-parallel training by sharing threshold-encoded updates (gradient sharing)."""
+    """Asynchronous data-parallel training by sharing threshold-encoded updates (gradient sharing).
+
+    Defaults are DL4J's: ``AdaptiveThreshold(1e-3)`` (``psrv.encoding.dl4j_threshold()``) and
+    ``ResidualClipping(5, 5)``. ``threshold_algorithm=SampledQuantileThreshold()`` takes tau from each
+    worker's residual every step instead (about 0.9 % of the elements per message, no dense first
+    messages); README's "How much a step learns" says when each one learns more.
+    """
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 from conftest import wait_until
-from psrv.encoding import ResidualEncoder, decode
+from psrv.encoding import AdaptiveThreshold, ResidualEncoder, decode
 from psrv.server import Controller, Node
 from psrv.transport import ControllerLostError, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
@@ -26,7 +26,7 @@ def fast(**kw) -> TransportConfig:
 
 def messages(count: int, seed: int, n: int = N) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    encoder = ResidualEncoder(n)
+    encoder = ResidualEncoder(n, threshold_algorithm=AdaptiveThreshold())  # dense bitmaps: large messages
     out = []
     while len(out) < count:
         m = encoder.encode_update((rng.standard_normal(n) * 2e-3).astype(np.float32))

@@ -1,0 +1,310 @@
+"""N workers of gradient sharing in one process, beside the methods it is measured against.
+
+Every method sees the same data in the same order: an epoch's permutation is cut into rounds of
+``workers`` minibatches; in round r worker w trains on minibatch ``r * workers + w``. One process
+trains on those minibatches one after the other (``workers`` steps per round), synchronous averaging
+averages the ``workers`` gradients of a round into one step (what DDP computes), parameter averaging
+lets every worker step alone and averages parameters and optimizer state every ``period`` rounds.
+
+Gradient sharing uses psrv's real parts: a ``TorchNetwork`` per worker (its step buffer), a
+``ResidualEncoder`` per worker with the given threshold algorithm and residual post-processor, the
+numba codec, and the apply order of a node: a worker decodes its own message into its replica at
+once; the others decode it ``delay`` rounds later (plus up to ``jitter`` more, drawn per receiver),
+after the round's computation. After the last round every pending message is delivered (the drain),
+and every replica is compared with the master copy (the initial parameters plus every message).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from psrv.encoding import ResidualEncoder, decode, message_info
+from psrv.nn import TorchNetwork
+from torch import nn
+
+from quality.tasks import Task
+
+__all__ = ["Result", "Setting", "Sharing", "batches", "one_process", "parameter_averaging",
+           "sharing", "synchronous"]
+
+Factory = Callable[[], Any]
+
+
+@dataclass
+class Setting:
+    """What every method of one comparison shares: optimizer, workers, seed, how often to evaluate."""
+
+    optimizer: str = "adam"  # "adam" (lr 1e-3) or "sgd" (momentum 0.9, lr 0.01)
+    workers: int = 2
+    seed: int = 0
+    lr: float | None = None
+    evals: int = 12  # evaluations of the test accuracy over the run (for steps to target)
+    target: float | None = None  # test accuracy that counts as reached
+    test_rows: int = 4000
+
+    def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr or 1e-3)
+        if self.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.lr or 0.01, momentum=0.9)
+        raise ValueError(f"optimizer: expected 'adam' or 'sgd', got {self.optimizer!r}")
+
+
+@dataclass
+class Sharing:
+    """Gradient sharing's knobs: the encoder's strategy objects (factories, one per worker), the codec
+    ("threshold": psrv's; "exact": the update itself, a control without quantization), the delay."""
+
+    threshold: Factory | None = None
+    post_processor: Factory | None = None
+    codec: str = "threshold"
+    delay: int = 0
+    jitter: int = 0
+
+
+@dataclass
+class Result:
+    """What one run measured. Steps are per worker (rounds), except one process's (its own steps)."""
+
+    method: str
+    accuracy: float
+    steps: int
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    bytes_total: int = 0
+    bytes_first100: int = 0  # per worker, the first 100 steps
+    dense_per_step: int = 0  # bytes of one dense update of one worker
+    bitmaps_after3: int = 0
+    steady_per_step: float = 0.0  # per worker and step, after the first 100 steps (or the second half)
+    replica_gap: float = 0.0  # max |replica - master copy| after the drain
+    params: np.ndarray | None = None
+
+    def steps_to(self, target: float) -> int | None:
+        return next((step for step, acc in self.curve if acc >= target), None)
+
+    @property
+    def first100_ratio(self) -> float:
+        per_step = self.bytes_first100 / max(1, min(100, self.steps))
+        return per_step / self.steady_per_step if self.steady_per_step else float("nan")
+
+
+def batches(task: Task, setting: Setting) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """The rounds of every epoch: a list of rounds, each a list of ``workers`` (x, y) minibatches."""
+    n, b, w = len(task.y_train), task.batch_size, setting.workers
+    rounds = []
+    for epoch in range(task.epochs):
+        order = np.random.default_rng([setting.seed, epoch, 7]).permutation(n)
+        for r in range(n // (b * w)):
+            rounds.append([(task.x_train[order[(r * w + k) * b:(r * w + k + 1) * b]],
+                            task.y_train[order[(r * w + k) * b:(r * w + k + 1) * b]]) for k in range(w)])
+    return rounds
+
+
+def initial_module(task: Task, setting: Setting, dtype: torch.dtype = torch.float32) -> nn.Module:
+    torch.manual_seed(setting.seed)
+    return task.build().to(dtype)
+
+
+def accuracy(module: nn.Module, task: Task, setting: Setting) -> float:
+    x = torch.from_numpy(task.x_test[:setting.test_rows])
+    was = module.training
+    module.eval()
+    with torch.no_grad():
+        dtype = next(module.parameters()).dtype
+        predicted = module(x.to(dtype)).argmax(1).numpy()
+    module.train(was)
+    return float((predicted == task.y_test[:setting.test_rows]).mean())
+
+
+def _eval_points(total: int, evals: int) -> set[int]:
+    return {max(1, round(total * (i + 1) / evals)) for i in range(evals)}
+
+
+def _tensors(x: np.ndarray, y: np.ndarray, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(x).to(dtype), torch.from_numpy(y)
+
+
+def _flat(module: nn.Module) -> np.ndarray:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()]).numpy().copy()
+
+
+def one_process(task: Task, setting: Setting, dtype: torch.dtype = torch.float32) -> Result:
+    """One module and optimizer over every minibatch in order (``workers`` steps per round)."""
+    module = initial_module(task, setting, dtype)
+    optimizer = setting.make_optimizer(module.parameters())
+    rounds = batches(task, setting)
+    total = len(rounds) * setting.workers
+    points, curve, step = _eval_points(total, setting.evals * setting.workers), [], 0
+    for round_ in rounds:
+        for x, y in round_:
+            xt, yt = _tensors(x, y, dtype)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(module(xt), yt).backward()
+            optimizer.step()
+            step += 1
+            if step in points:
+                curve.append((step, accuracy(module, task, setting)))
+    return Result("one process", accuracy(module, task, setting), total, curve, params=_flat(module))
+
+
+def synchronous(task: Task, setting: Setting, dtype: torch.dtype = torch.float32) -> Result:
+    """Synchronous data parallelism: the mean of the round's ``workers`` gradients, one step per round.
+
+    The replicas of DDP stay equal, so one module stands for all of them; each worker's gradient is
+    computed on its own minibatch and the mean is what the all-reduce gives every replica.
+    """
+    module = initial_module(task, setting, dtype)
+    optimizer = setting.make_optimizer(module.parameters())
+    params = list(module.parameters())
+    rounds = batches(task, setting)
+    points, curve = _eval_points(len(rounds), setting.evals), []
+    size = sum(p.numel() for p in params)
+    for r, round_ in enumerate(rounds, 1):
+        summed = [torch.zeros_like(p) for p in params]
+        for x, y in round_:
+            xt, yt = _tensors(x, y, dtype)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(module(xt), yt).backward()
+            for s, p in zip(summed, params, strict=True):
+                s += p.grad
+        for s, p in zip(summed, params, strict=True):
+            p.grad = s / len(round_)
+        optimizer.step()
+        if r in points:
+            curve.append((r, accuracy(module, task, setting)))
+    dense = size * params[0].element_size()
+    return Result("sync averaging", accuracy(module, task, setting), len(rounds), curve,
+                  bytes_total=dense * setting.workers * len(rounds),
+                  bytes_first100=dense * min(100, len(rounds)), dense_per_step=dense,
+                  steady_per_step=float(dense), params=_flat(module))
+
+
+def _average_optimizers(optimizers: list[torch.optim.Optimizer]) -> None:
+    groups = [o.param_groups[0]["params"] for o in optimizers]
+    for i in range(len(groups[0])):
+        states = [o.state[g[i]] for o, g in zip(optimizers, groups, strict=True)]
+        for key, value in states[0].items():
+            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and value.numel() > 1:
+                mean = torch.stack([s[key] for s in states]).mean(0)
+                for s in states:
+                    s[key].copy_(mean)
+
+
+def parameter_averaging(task: Task, setting: Setting, period: int = 5,
+                        dtype: torch.dtype = torch.float32) -> Result:
+    """Every worker steps alone; every ``period`` rounds parameters and optimizer state are averaged."""
+    base = initial_module(task, setting, dtype)
+    modules = [copy.deepcopy(base) for _ in range(setting.workers)]
+    optimizers = [setting.make_optimizer(m.parameters()) for m in modules]
+    rounds = batches(task, setting)
+    points, curve = _eval_points(len(rounds), setting.evals), []
+    size = sum(p.numel() for p in base.parameters())
+    averages = 0
+    for r, round_ in enumerate(rounds, 1):
+        for module, optimizer, (x, y) in zip(modules, optimizers, round_, strict=True):
+            xt, yt = _tensors(x, y, dtype)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(module(xt), yt).backward()
+            optimizer.step()
+        if r % period == 0 or r == len(rounds):
+            with torch.no_grad():
+                for ps in zip(*(m.parameters() for m in modules), strict=True):
+                    mean = torch.stack([p for p in ps]).mean(0)
+                    for p in ps:
+                        p.copy_(mean)
+            _average_optimizers(optimizers)
+            averages += 1
+        if r in points:
+            curve.append((r, accuracy(modules[0], task, setting)))
+    state = sum(v.numel() for s in optimizers[0].state.values() for v in s.values()
+                if isinstance(v, torch.Tensor) and v.numel() > 1)
+    dense = size * base.parameters().__next__().element_size()
+    shipped = (size + state) * 4  # parameters and updater state, each way counted once
+    return Result(f"param averaging/{period}", accuracy(modules[0], task, setting), len(rounds), curve,
+                  bytes_total=shipped * setting.workers * averages,
+                  bytes_first100=shipped * min(100, len(rounds)) // period, dense_per_step=dense,
+                  steady_per_step=shipped / period, params=_flat(modules[0]))
+
+
+def _network(module: nn.Module, task: Task, setting: Setting) -> TorchNetwork:
+    return TorchNetwork(module, nn.CrossEntropyLoss(), task.input_shape, optimizer=setting.make_optimizer)
+
+
+def _onehot(y: np.ndarray, classes: int, dtype: np.dtype) -> np.ndarray:
+    out = np.zeros((len(y), classes), dtype=dtype)
+    out[np.arange(len(y)), y] = 1
+    return out
+
+
+def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: str = "sharing",
+            dtype: torch.dtype = torch.float32) -> Result:
+    """Gradient sharing among ``setting.workers`` TorchNetworks, simulated round by round."""
+    config = config or Sharing()
+    base = initial_module(task, setting, dtype)
+    nets = [_network(copy.deepcopy(base), task, setting) for _ in range(setting.workers)]
+    size, np_dtype = nets[0].num_params, nets[0].params.dtype
+    master = nets[0].params.copy()
+    encoders = [ResidualEncoder(
+        size, dtype=np_dtype,
+        threshold_algorithm=config.threshold() if config.threshold else None,
+        post_processor=config.post_processor() if config.post_processor else None)
+        for _ in nets]
+    rng = np.random.default_rng([setting.seed, 11])
+    pending: list[list[tuple[int, Any]]] = [[] for _ in nets]  # per receiver: (due round, message)
+    rounds = batches(task, setting)
+    points, curve = _eval_points(len(rounds), setting.evals), []
+    sent = np.zeros(len(rounds), dtype=np.int64)
+    bitmaps = 0
+    for r, round_ in enumerate(rounds):
+        for w, (net, encoder, (x, y)) in enumerate(zip(nets, encoders, round_, strict=True)):
+            update, _ = net.compute_update(x.astype(np_dtype), _onehot(y, task.classes, np_dtype))
+            if config.codec == "exact":
+                message: Any = update.copy()
+                _apply(net.params, message, config.codec)
+            else:
+                message = encoder.encode_update(update)
+                if message is None:
+                    continue
+                decode(message, net.params)
+                bitmaps += int(r >= 3 and message_info(message).form == "bitmap")
+            sent[r] += message.nbytes
+            _apply(master, message, config.codec)
+            for v in range(len(nets)):
+                if v != w:
+                    due = r + config.delay + (int(rng.integers(0, config.jitter + 1)) if config.jitter else 0)
+                    pending[v].append((due, message))
+        for v, net in enumerate(nets):
+            _deliver(net, pending[v], r, config.codec)
+        if r + 1 in points:
+            curve.append((r + 1, accuracy(nets[0].module, task, setting)))
+    for v, net in enumerate(nets):  # the drain: everything still in flight arrives
+        _deliver(net, pending[v], None, config.codec)
+    gap = max(float(np.max(np.abs(net.params - master))) for net in nets)
+    workers, n = setting.workers, len(rounds)
+    steady = sent[100:] if n > 200 else sent[n // 2:]
+    return Result(name, accuracy(nets[0].module, task, setting), n, curve,
+                  bytes_total=int(sent.sum()), bytes_first100=int(sent[:100].sum()) // workers,
+                  dense_per_step=size * np_dtype.itemsize, bitmaps_after3=bitmaps,
+                  steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
+                  replica_gap=gap, params=nets[0].params.copy())
+
+
+def _apply(target: np.ndarray, message: Any, codec: str) -> None:
+    if codec == "exact":
+        target += message
+    else:
+        decode(message, target)
+
+
+def _deliver(net: TorchNetwork, queue: list[tuple[int, Any]], round_: int | None, codec: str) -> None:
+    keep = []
+    for due, message in queue:
+        if round_ is None or due <= round_:
+            _apply(net.params, message, codec)
+        else:
+            keep.append((due, message))
+    queue[:] = keep
