@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--optimizers", default="adam,sgd", help="adam (lr 1e-3), sgd (momentum 0.9, 0.01)")
     parser.add_argument("--workers", default="2,4,8", help="worker counts")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per setting (the table shows medians)")
-    parser.add_argument("--methods", default="one,sync,avg,dl4j,default", help=",".join(METHODS))
+    parser.add_argument("--methods", default="one,sync,avg,dl4j,quantile", help=",".join(METHODS))
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")
     parser.add_argument("--jitter", type=int, default=0, help="up to this many more rounds, per receiver")
     parser.add_argument("--target", type=float, default=0.97,

@@ -16,6 +16,7 @@ from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork, resolve_device  # noqa: E402
 from psrv.server import Controller, Node  # noqa: E402
 from psrv.spark.task import device as spark_device  # noqa: E402
+from psrv.torch.device_sharing import DeviceSharing  # noqa: E402
 from psrv.transport import TransportConfig  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -152,7 +153,7 @@ def test_device_sharing_keeps_replicas_equal_through_a_real_controller() -> None
             network = net(cnn(3 + 10 * seed))  # different start: the download must replace it
             encoder = ResidualEncoder(network.num_params, threshold_algorithm=AdaptiveThreshold(1e-3),
                                       device=network.device)
-            sharing = spark_device.DeviceSharing(network, encoder)
+            sharing = DeviceSharing(network, encoder)
             node = Node(cfg, sharing.node_params, controller.address, **sharing.node_hooks()).start()
             np.testing.assert_array_equal(network.params, start.params)  # installed on the device
             workers.append((network, encoder, sharing))
@@ -197,7 +198,7 @@ def test_device_sharing_rejects_a_malformed_update_as_a_counted_rejection() -> N
     from psrv.transport.errors import FrameRejectedError
 
     network = net()
-    sharing = spark_device.DeviceSharing(network, ResidualEncoder(network.num_params, device="cpu"))
+    sharing = DeviceSharing(network, ResidualEncoder(network.num_params, device="cpu"))
     before = network.params.copy()
     with pytest.raises(FrameRejectedError, match="bad_payload|header"):
         sharing.apply(np.array([1, network.num_params, 0, 0, 1], dtype=np.int32), {"origin": 1, "seq": 2})
@@ -289,8 +290,8 @@ def test_a_burst_of_updates_reaches_a_device_replica_in_batches() -> None:
     start = net(cnn(3))
     controller = Controller(cfg, start.params.copy()).start()
     sender_net, receiver_net = net(cnn(3)), net(cnn(3))
-    sender = spark_device.DeviceSharing(sender_net, ResidualEncoder(sender_net.num_params, device="cpu"))
-    receiver = spark_device.DeviceSharing(receiver_net,
+    sender = DeviceSharing(sender_net, ResidualEncoder(sender_net.num_params, device="cpu"))
+    receiver = DeviceSharing(receiver_net,
                                           ResidualEncoder(receiver_net.num_params, device="cpu"))
     rows: list[int] = []
     singles: list[int] = []

@@ -14,7 +14,13 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from psrv.encoding import FixedThreshold, NoResidualPostProcessor, ResidualEncoder, decode  # noqa: E402
+from psrv.encoding import (  # noqa: E402
+    FixedThreshold,
+    NoResidualPostProcessor,
+    ResidualEncoder,
+    SampledQuantileThreshold,
+    decode,
+)
 from psrv.nn import TorchNetwork  # noqa: E402
 from quality import harness, tasks  # noqa: E402
 
@@ -78,7 +84,8 @@ def test_synchronous_averaging_is_one_process_with_the_combined_batch(optimizer)
 def test_sharing_with_delay_and_jitter_drains_every_replica_to_the_master_copy() -> None:
     task = tasks.make("tiny", epochs=2)
     setting = harness.Setting(optimizer="adam", workers=3)
-    result = harness.sharing(task, setting, harness.Sharing(delay=2, jitter=2), dtype=F64)
+    quantile = harness.Sharing(SampledQuantileThreshold, delay=2, jitter=2)
+    result = harness.sharing(task, setting, quantile, dtype=F64)
     assert result.bytes_total > 0 and result.bitmaps_after3 == 0
     assert result.replica_gap < 1e-12  # every message applied once on every replica, in some order
     synchronous = harness.synchronous(task, setting, F64)
