@@ -34,13 +34,14 @@ def tolerance(world: World) -> dict[str, float]:
 
 def _strict(world: World, sub) -> bool:
     proc = sub.proc
-    return proc.live and world.slots.get(proc.slot) is proc
+    back = len(proc.ids) > 1
+    return proc.live and world.slots.get(proc.slot) is proc and (world.setup.resends_after_rejoin or not back)
 
 
 def _given_up(world: World) -> int:
     """How many seqs of departed ids the controller gave up (never filled gaps)."""
-    machine = getattr(world.controller.role, "machine", None)
-    return 0 if machine is None else int(machine.counters["departed_gaps_closed"])
+    counters = getattr(getattr(world.controller.role, "machine", None), "counters", None)
+    return 0 if counters is None else int(counters["departed_gaps_closed"])
 
 
 def converged(world: World) -> bool:
@@ -102,5 +103,6 @@ def check(world: World) -> list[str]:
     world.stats["submitted"] = len(world.subs)
     world.stats["applied_at_master"] = len(world.master_applied)
     world.stats["came_back"] = sum(1 for p in world.procs if p.live and len(p.ids) > 1)
-    world.stats["lost_crashed_or_left"] = len(lost) - len(strict)
+    world.stats["lost_crashed_or_left"] = sum(
+        1 for sub in lost if not (sub.proc.live and world.slots.get(sub.proc.slot) is sub.proc))
     return failures
