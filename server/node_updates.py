@@ -268,12 +268,12 @@ class UpdatePath:
         lost = 0
         for origin, top in list(self.former.items()):
             ours = {s for o, s, _, _ in missing if o == origin}
-            if origin not in watermark:  # forgotten by the controller: it refuses them now
+            if not self._counted(origin, watermark):  # forgotten by the controller: it refuses them now
                 lost += len(ours)
                 del self.former[origin]
                 missing = [e for e in missing if e[0] != origin]
                 continue
-            gone = [s for s in range(watermark[origin] + 1, top + 1)
+            gone = [s for s in range(watermark.get(origin, 0) + 1, top + 1)
                     if s not in extra.get(origin, ()) and s not in ours]
             lost += len(gone)
             if not ours:
@@ -286,6 +286,13 @@ class UpdatePath:
                            "ring was too short, or the controller forgot the old id: departed_kept_s)",
                            view.node_id, lost)
         return missing
+
+    def _counted(self, origin: int, watermark: dict[int, int]) -> bool:
+        """Does the controller still count ``origin``: in its watermark, or a member of the mesh (the
+        controller has not noticed yet that its node left: it accepts the re-sends once it has, and the
+        beat repairs send them again then)?"""
+        mesh = self.view.mesh
+        return origin in watermark or (mesh is not None and origin in mesh)
 
     def _resend_former(self, entries: list[Entry]) -> None:
         """Send the re-applied updates of former ids straight to the controller, under their own
@@ -307,7 +314,8 @@ class UpdatePath:
     def acknowledged_former(self, watermark: dict[int, int]) -> bool:
         """The controller's watermarks arrived: forget the re-sent updates they hold (or can no longer
         hold: an origin it forgot). True when something changed."""
-        done = [o for o, top in self.resent.items() if watermark.get(o, top) >= top]
+        done = [o for o, top in self.resent.items()
+                if watermark.get(o, 0) >= top or not self._counted(o, watermark)]
         for origin in done:
             del self.resent[origin]
             self.former.pop(origin, None)
