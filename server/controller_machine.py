@@ -273,6 +273,8 @@ class ControllerMachine:
         node_id = self.mesh.allocate_id()
         name = msg["name"]
         restart = self._ids.seen_name(name)
+        if restart:  # the ids it held before stay counted for what it re-sends after its catch-up
+            self._departed_members.refresh(now, lambda i: self._ids.names_by_id.get(i) == name)
         self._out.append(Connect(node_id, address, routing_id=self.routing_id_to(node_id)))
         place = self.mesh.add_node(node_id, address)
         self._announcer.joined(node_id, self.mesh.version)
@@ -388,6 +390,10 @@ class ControllerMachine:
         self._dropped.pop(node_id, None)
         self._pending.pop(node_id, None)
         self._departed_members.add(node_id, now)  # its in-flight updates still count, for a while
+        # in the watermarks while it counts (even with no update applied): a node that held this id
+        if node_id not in self.master.seen.origins():  # learns from its download it may re-send
+            self.master.seen.mark_covered({node_id: 0})
+            self._downloads.stop_sharing()  # a snapshot of before lacks the entry
         self.counters.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",

@@ -4,7 +4,7 @@ is forgotten (ids are never reused)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["RETIRING_MAX", "DepartedMembers"]
 
@@ -25,6 +25,13 @@ class DepartedMembers:
     def add(self, node_id: int, now: float) -> None:
         self.retiring[node_id] = now
         self.unclosed[node_id] = now
+
+    def refresh(self, now: float, which: Callable[[int], bool]) -> None:
+        """Keep the retiring members ``which`` accepts ``departed_kept_s`` from ``now`` (the process
+        that held them joined again and may re-send what the master lacks); their gaps stay as they are."""
+        for node_id in [i for i in self.retiring if which(i)]:
+            del self.retiring[node_id]
+            self.retiring[node_id] = now
 
     def reopened(self, origins: Iterable[int]) -> list[int]:
         """Those of ``origins`` whose gaps were given up already (a late update re-sent by a member)."""

@@ -179,6 +179,8 @@ class SyncPath:
             self.probe.snapshot, self.probe.resyncs = snap, view.counters["resyncs"]
             # the snapshot's watermark acknowledges our updates as a heartbeat's does (sooner)
             view.set_acknowledged(max(view.acknowledged, snap.watermark.get(view.node_id, 0)))
+            if self.updates.resent and self.updates.acknowledged_former(snap.watermark):
+                view.emit(Notify("acknowledged"))
             return False
         if view.state is not NodeState.SYNCING or not self.download.accepts(msg["request_id"]):
             return False

@@ -49,7 +49,9 @@ updates it still lacks after two beats are sent again, and origins this node is 
 beats trigger a re-sync (own re-sends go straight to the controller). A silent controller starts
 rejoin attempts (a new session each) for
 ``controller_lost_timeout_s`` (then ``Stop(ControllerLostError)``); EVICTED rejoins at once,
-SHUTDOWN stops with ControllerLostError. ``Stopping`` says LEAVE.
+SHUTDOWN stops with ControllerLostError. A rejoin keeps the own updates the controller had not
+acknowledged; after the catch-up those the master copy lacks are re-applied and re-sent under their
+old (origin, seq), so each reaches the master exactly once (node_updates.py). ``Stopping`` says LEAVE.
 
 Submits: ``handle(Submit(payload, fields))`` numbers the update (``submitted_seq``), remembers it
 and sends it; with ``more`` set it is gathered and sent with the next event (``SendSubmitted``),
@@ -203,7 +205,7 @@ class NodeMachine:
         """Does the controller hold every update this node submitted (as its last beat said)?"""
         updates = self.updates
         return (self.view.state is not NodeState.JOINING and not updates.backlog
-                and self.view.acknowledged >= updates.seq)
+                and self.view.acknowledged >= updates.seq and not updates.resent)
 
     def check_verdict(
         self, tolerance: float, current: Callable[[], np.ndarray] | None = None
@@ -262,7 +264,7 @@ class NodeMachine:
             return
         if self.timers.controller_lost(now):
             # keep trying to rejoin for controller_lost_timeout_s; on rejoin the replica is replaced by
-            # the master copy (see README: partitions)
+            # the master copy plus the own updates it lacks (see README: nothing is lost when)
             self._rejoin("lost the controller")
             self.timers.lost_at(now)
             return

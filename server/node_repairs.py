@@ -17,7 +17,7 @@ from psrv.server.node_state import NodeState
 from psrv.server.node_updates import UpdatePath
 from psrv.server.node_view import NodeView
 from psrv.server.updates import batch_message, groups
-from psrv.transport.events import Send
+from psrv.transport.events import Notify, Send
 from psrv.transport.messages import Message
 
 __all__ = ["BeatRepairs"]
@@ -47,6 +47,8 @@ class BeatRepairs:
         view.ctrl_origins = set(latest)
         self._prune_origins(latest)
         view.set_acknowledged(latest.get(view.node_id, 0))
+        if updates.resent and updates.acknowledged_former(latest):
+            view.emit(Notify("acknowledged"))  # the updates re-sent after a rejoin are in the master copy
         if view.state is not NodeState.RUNNING:
             return
         mine = updates.seen.watermark()

@@ -3,9 +3,11 @@ relayed (never back where they came from) and applied once, and the rows held fo
 
 ``UpdatePath`` owns what only it changes: the own numbering (``seq``), the dedup state (``seen``),
 the replay ring (``replay``), the backlog submitted while (re)joining, the own updates gathered for
-one batch and the rows waiting for a newer view. It reads the node's shared view (server/node_view.py)
-and emits its actions there: with ``params_outside`` every apply is an ``Apply`` action (the facade
-carries it out where the live parameters are), else updates are decoded into the view's ``params``.
+one batch, the rows waiting for a newer view, and the ids held before a rejoin (``former``) whose
+unacknowledged updates the catch-up re-applies and re-sends (``rebase``). It reads the node's shared
+view (server/node_view.py) and emits its actions there: with ``params_outside`` every apply is an
+``Apply`` action (the facade carries it out where the live parameters are), else updates are decoded
+into the view's ``params``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from psrv.server.mesh import CONTROLLER_ID
 from psrv.server.node_guard import HeldQueue, origin_allowed, patience_s
 from psrv.server.node_state import NodeState, SlotToken
 from psrv.server.node_view import NodeView
-from psrv.server.replay import ReplayLog
-from psrv.server.seen import restore
+from psrv.server.replay import Entry, ReplayLog
+from psrv.server.seen import covered, restore
 from psrv.server.update_intake import apply_checked, check_row, first_arrival
 from psrv.server.updates import batch_message, groups, unbatch
 from psrv.transport.errors import FrameRejectedError
@@ -46,13 +48,23 @@ class UpdatePath:
         self.gathered: list[dict] = []  # own updates of submits with ``more`` set
         self.last_applied_now: float | None = None  # driver time of the last applied update
         self._stale: HeldQueue[tuple[dict, Any, np.ndarray, int, int]] = HeldQueue()  # bad_origin rows
+        # the ids this process held before a rejoin -> the highest seq it numbered under each; their
+        # unacknowledged updates stay in the ring until the controller holds them (``resent``)
+        self.former: dict[int, int] = {}
+        self.resent: dict[int, int] = {}  # former id -> the highest seq re-sent, until acknowledged
 
     # ------------------------------------------------------------------ membership changes
     def rejoining(self) -> None:
-        """A new membership: nothing of the old one is relayed, replayed or deduplicated against."""
+        """A new membership: nothing of the old one is relayed or deduplicated against, and of the ring
+        only the own updates the controller has not acknowledged stay (``former``): the catch-up
+        re-sends those the master copy lacks (``rebase``)."""
+        view = self.view
         self._stale.clear()
-        self.replay.clear()
-        self.seen = SeenUpdates(self.view.config.dedup_window)
+        if view.node_id > 0 and self.seq:
+            self.former[view.node_id] = self.seq
+        acknowledged = {view.node_id: view.acknowledged}
+        self.replay.keep_only(lambda o, s: o in self.former and s > acknowledged.get(o, 0))
+        self.seen = SeenUpdates(view.config.dedup_window)
 
     def stopping(self) -> int:
         """Drop what was never sent; the number of submit slots those updates held."""
@@ -225,15 +237,85 @@ class UpdatePath:
         replayed = 0
         incomplete = self.replay.incomplete(watermark)
         seen = restore(self.view.config.dedup_window, watermark, extra)
+        former = self._former_missing(watermark, extra_sets)
         for origin, seq, payload, fields in self.replay.missing_from(watermark, extra_sets):
             self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
             seen.first_time(origin, seq)
+            replayed += 1
+        for origin, seq, payload, fields in former:
+            self._apply_update(payload, fields)  # lost with the old membership: re-applied, re-sent below
+            seen.first_time(origin, seq)
+            self.replay.remember(origin, seq, payload, fields)
             replayed += 1
         held = [(fields, payload) for origin, seq, payload, fields in self.replay.take_held()  # (download)
                 if seen.first_time(origin, seq)]
         self._apply_fresh(held)
         self.seen = seen
+        self._resend_former(former)
         return replayed, incomplete
+
+    def _former_missing(self, watermark: dict[int, int], extra: dict[int, set[int]]) -> list[Entry]:
+        """The own updates of former ids (taken out of the ring) that the downloaded copy lacks and the
+        controller still accepts: it counts a departed member's origin (it is in the watermark) until
+        ``departed_kept_s`` after it left. The others are counted ``own_updates_lost`` and logged."""
+        view = self.view
+        taken = self.replay.take(set(self.former))
+        missing = [e for e in taken if not covered(watermark, extra, e[0], e[1])]
+        lost = 0
+        for origin, top in list(self.former.items()):
+            ours = {s for o, s, _, _ in missing if o == origin}
+            if not self._counted(origin, watermark):  # forgotten by the controller: it refuses them now
+                lost += len(ours)
+                del self.former[origin]
+                missing = [e for e in missing if e[0] != origin]
+                continue
+            gone = [s for s in range(watermark.get(origin, 0) + 1, top + 1)
+                    if s not in extra.get(origin, ()) and s not in ours]
+            lost += len(gone)
+            if not ours:
+                del self.former[origin]
+            else:
+                self.former[origin] = 0  # its range is checked: a later download counts nothing again
+        if lost:
+            view.counters.add("own_updates_lost", lost)
+            view.log.error("node %d: %d own update(s) of before the rejoin cannot be delivered (the replay "
+                           "ring was too short, or the controller forgot the old id: departed_kept_s)",
+                           view.node_id, lost)
+        return missing
+
+    def _counted(self, origin: int, watermark: dict[int, int]) -> bool:
+        """Does the controller still count ``origin``: in its watermark, or a member of the mesh (the
+        controller has not noticed yet that its node left: it accepts the re-sends once it has, and the
+        beat repairs send them again then)?"""
+        mesh = self.view.mesh
+        return origin in watermark or (mesh is not None and origin in mesh)
+
+    def _resend_former(self, entries: list[Entry]) -> None:
+        """Send the re-applied updates of former ids straight to the controller, under their own
+        (origin, seq): it accepts a departed member's updates while it retires it, applies each once
+        and relays it (whoever holds it already drops the copy); a re-send that is lost again is
+        repeated by the beat repairs (``BeatRepairs``), as for any departed origin."""
+        if not entries:
+            return
+        view = self.view
+        for origin, seq, _, _ in entries:
+            self.resent[origin] = max(self.resent.get(origin, 0), seq)
+        items = [({"origin": o, "seq": s, **f}, p) for o, s, p, f in entries]
+        for group in groups(items):
+            view.emit(Send(CONTROLLER_ID, batch_message(group, view.node_id), count=len(group)))
+        view.counters.add("updates_resent_after_rejoin", len(entries))
+        view.log.warning("node %d: re-sent %d own update(s) of its former id(s) %s that the master copy "
+                         "lacked", view.node_id, len(entries), sorted({e[0] for e in entries}))
+
+    def acknowledged_former(self, watermark: dict[int, int]) -> bool:
+        """The controller's watermarks arrived: forget the re-sent updates they hold (or can no longer
+        hold: an origin it forgot). True when something changed."""
+        done = [o for o, top in self.resent.items()
+                if watermark.get(o, 0) >= top or not self._counted(o, watermark)]
+        for origin in done:
+            del self.resent[origin]
+            self.former.pop(origin, None)
+        return bool(done)
 
     def _apply_fresh(self, rows: list[tuple[dict, np.ndarray]]) -> None:
         """Apply received updates seen for the first time (checked whole at intake, so none fails),

@@ -3,14 +3,16 @@ and the updates that arrived while a parameter download was under way.
 
 After a download (the master copy plus the exact set of sequences it includes), the node
 re-applies from the ring what the copy lacks (its own updates still in flight, typically) and
-then the held updates the copy does not include. Plain object, no sockets; the caller holds the
-node's lock.
+then the held updates the copy does not include. When the node rejoins under a new id, the ring
+keeps only its own updates of the ids it held before (``keep_only``): those the master copy turns
+out to lack are re-applied and re-sent after the catch-up. Plain object, no sockets; the caller
+holds the node's lock.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from psrv.server.seen import covered
@@ -62,6 +64,22 @@ class ReplayLog:
     def own(self, origin: int, after: int, upto: int) -> list[tuple[int, np.ndarray, dict]]:
         """``(seq, payload, fields)`` of ``origin``'s updates with after < seq <= upto still in the ring."""
         return [(s, p, f) for o, s, p, f in self.ring if o == origin and after < s <= upto]
+
+    def keep_only(self, keep: Callable[[int, int], bool]) -> None:
+        """Drop every entry but those ``keep(origin, seq)`` accepts (a rejoin: only own ones stay),
+        and the held list; what fell out before stays recorded only for the kept origins."""
+        kept = [e for e in self.ring if keep(e[0], e[1])]
+        self.clear()
+        for origin, seq, payload, fields in kept:
+            self.remember(origin, seq, payload, fields)
+
+    def take(self, origins: set[int]) -> list[Entry]:
+        """Remove and return the ring's entries of ``origins``, oldest first."""
+        taken = [e for e in self.ring if e[0] in origins]
+        if taken:
+            self.ring = deque(e for e in self.ring if e[0] not in origins)
+            self.ring_bytes -= sum(e[2].nbytes for e in taken)
+        return taken
 
     def clear(self) -> None:
         self.ring.clear()

@@ -50,7 +50,9 @@ class TransportConfig:
     max_nodes: int = 1024  # controller: members at most; a join beyond is refused (counted)
     max_pending_joins: int = 64  # controller: members admitted but not heard from since
     join_rate_per_s: float = 50.0  # controller: admitted joins per second (a burst of as many)
-    departed_kept_s: float = 30.0  # a departed member's late updates count this long; then its state goes
+    # a departed member's late updates count this long, then its state goes; longer than a node's
+    # controller_lost_timeout_s, so a node back from a partition can still re-send under its old id
+    departed_kept_s: float = 90.0
     max_tau: float = 1000.0  # an update whose threshold exceeds this is refused (submitted, received)
     replay_ring_messages: int = 4096  # applied updates kept to rebuild params on a re-sync
     replay_ring_bytes: int = 256 * MiB

@@ -127,17 +127,20 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_LOST
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     sent, next_at = 0, time.monotonic()
+    pending = None  # a message the full queue refused: submitted again (the sequence stays reproducible)
     try:
         while not stop.is_set() and node.error is None and node.running:
             now = time.monotonic()
             if sent < args.updates and now >= next_at:
-                message = synthetic.next_message()
+                message = pending if pending is not None else synthetic.next_message()
                 try:
                     node.submit(message, apply_locally=True)
                 except SendQueueFullError:
+                    pending = message
                     continue
                 except TransportError:
                     break
+                pending = None
                 sent += 1
                 if sent == 1:
                     node.counters_.gauges["synthetic_started_at"] = time.time()

@@ -236,7 +236,9 @@ class SharedTrainingMaster:
                                                       live.joins_before, setup.job_id)
                 shown.finish_with(sum(r.steps for r in results), sum(r.examples for r in results),
                                   len(results))
-            sent = sum(int(r.counters.get("updates_sent", r.messages)) for r in results)
+            # what the workers submitted (the node's ``updates_sent`` leaves out what it held while
+            # rejoining and never got to send: counting it would hide exactly those)
+            sent = sum(r.messages for r in results)
             # a kept controller keeps what arrives after the drain for the next epoch: no quiet period
             self._drain(controller, live.applied_before + sent, quiet_s=0.0 if live.kept else _DRAIN_QUIET_S)
             with controller.lock:
@@ -399,8 +401,9 @@ def _replica_summary(results: list[WorkerResult]) -> dict[str, Any]:
 def _accounting(job_id: str, results: list[WorkerResult], sent: int,
                 controller_counters: dict[str, Any]) -> dict[str, Any]:
     """What the master copy holds, by attempt: a failed attempt's updates that reached the controller
-    stay applied (README), so they are counted apart; ``updates_missing`` compares what the
-    successful attempts sent with what of theirs the master applied."""
+    stay applied (README), so they are counted apart; ``updates_missing`` is what the successful
+    attempts submitted minus what of theirs (under every id their nodes held) the master applied,
+    exactly: negative would mean an update applied twice, logged as the bug it is."""
     applied = controller_counters.get("applied_by_origin") or {}
     names = controller_counters.get("member_names") or {}
     finished = {int(i) for r in results for i in r.counters.get("node_ids", ())}
@@ -411,8 +414,11 @@ def _accounting(job_id: str, results: list[WorkerResult], sent: int,
                     and name[len(prefix):].isdigit()}
     by_failed = sum(int(n) for i, n in applied.items() if int(i) not in finished)
     retried = {r.partition for r in results if r.attempt > 0} | failed_parts
+    if from_finished > sent:
+        log.error("the master applied %d updates of the finished tasks, which submitted only %d: an "
+                  "update was applied twice; please report", from_finished, sent)
     return {
-        "updates_missing": max(0, sent - from_finished),
+        "updates_missing": sent - from_finished,
         "updates_applied_by_failed_attempts": by_failed,
         "retried_partitions": sorted(retried),
     }

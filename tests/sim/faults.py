@@ -21,9 +21,11 @@ class Faults:
     reorder: float = 0.0  # probability it may overtake what was sent before it on its link
     jitter_s: float = 0.0  # extra latency, uniform in [0, jitter_s]
     partitions: int = 0  # episodes: a group of processes cut from the rest, then healed
-    partition_s: tuple[float, float] = (0.1, 0.8)
+    # lengths on both sides of the liveness timeout (0.35 s in the simulation's configuration): a node
+    # cut off or frozen longer is evicted, rejoins under a new id and must still deliver its updates
+    partition_s: tuple[float, float] = (0.1, 1.2)
     freezes: int = 0  # episodes: a process gets no ticks and no messages, then all at once
-    freeze_s: tuple[float, float] = (0.1, 0.8)
+    freeze_s: tuple[float, float] = (0.1, 1.2)
     crashes: int = 0  # episodes: a node's machine is discarded; a fresh one joins later
     restart_s: tuple[float, float] = (0.05, 0.4)
     clock_jumps: int = 0  # episodes: one process's clock jumps forward

@@ -358,4 +358,5 @@ def toy_setup(broken: str = "", hostile: bool = True):
             ToyNode(hooks, ctl, name, cfg.model_size, broken)
         ),
         hostile=HostileRole if hostile else None,
+        resends_after_rejoin=False,  # the toy drops what a node submitted before it rejoined
     )

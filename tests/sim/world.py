@@ -74,6 +74,8 @@ class Setup:
         [Hooks, str, str, str, SimConfig], Any
     ]  # (hooks, address, controller address, name, config)
     hostile: Callable[[World, Process], Any] | None = None
+    # a node back under a new id re-sends what the master lacks (the real machines; the toy does not)
+    resends_after_rejoin: bool = True
 
 
 @dataclass

@@ -347,3 +347,22 @@ def test_the_same_events_give_the_same_actions() -> None:
         return out
 
     assert run() == run()
+
+
+def test_a_process_joining_again_keeps_its_former_id_counted_for_its_re_sends() -> None:
+    """Node 1 (name "w") is dropped without having had an update applied; its origin is in the
+    watermarks while it retires. Its process joins again as 2 at t=4: the old id stays counted
+    departed_kept_s from then, so a re-send under it at t=8 (past 5 s from its departure) is applied once."""
+    m = machine(departed_kept_s=5.0)
+    join(m, 1, 0.0, name="w")
+    m.handle(Received(Message(Op.LEAVE, {"reason": "cut off"}, src=1), rid_of(1)), 0.5)
+    beats = [a for a in m.handle(Tick(), 1.0) if isinstance(a, Send) and a.message.op is Op.HEARTBEAT]
+    assert m.retiring() == [1] and all(b.message["watermark"].get(1) == 0 for b in beats)
+    join(m, 2, 4.0, name="w")
+    for t in (5.0, 6.0, 7.0, 8.0):
+        m.handle(Received(beat(2), rid_of(2)), t)
+        m.handle(Tick(), t)
+    assert m.retiring() == [1]
+    m.handle(Received(update(2, 1, 1), rid_of(2)), 8.0)
+    m.handle(Received(update(2, 1, 1), rid_of(2)), 8.1)  # twice: applied once
+    assert m.counters["updates_applied"] == 1 and m.seen.watermark()[1] == 1
