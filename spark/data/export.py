@@ -181,6 +181,8 @@ def default_export_base(spark_context: SparkContext, *, hosts: set[str] | None =
     if not storage.is_local(fs):
         from urllib.parse import urlparse
 
+        storage.use_hadoop_configuration(spark_context)  # the driver creates the folder: S3A settings
+
         parsed = urlparse(fs)
         base = f"{parsed.scheme}://{parsed.netloc}{DEFAULT_FS_EXPORT_ROOT}"
         if storage.reachable_in_tasks(base):
