@@ -99,8 +99,11 @@ def remove_export(directory: str) -> None:
 
 @contextmanager
 def exported_minibatches(rdd: RDD, batch_size: int, export_directory: str | None) -> Iterator[list[str]]:
-    """The paths of ``rdd`` exported as minibatch files under a fresh directory, removed on exit."""
-    directory = new_export_directory(export_directory)
+    """The paths of ``rdd`` exported as minibatch files under a fresh directory, removed on exit: under
+    ``export_directory``, or psrv's default location (the cluster's default file system; refused on a
+    multi-host cluster that has only file://), as for a single fit."""
+    base = export_directory if export_directory is not None else default_export_base(rdd.context)
+    directory = new_export_directory(base)
     try:
         yield export_minibatches(rdd, batch_size, directory)
     finally:
@@ -177,6 +180,8 @@ def default_export_base(spark_context: SparkContext, *, hosts: set[str] | None =
     hosts = executor_hosts(spark_context) if hosts is None else hosts
     if not storage.is_local(fs):
         from urllib.parse import urlparse
+
+        storage.use_hadoop_configuration(spark_context)  # the driver creates the folder: S3A settings
 
         parsed = urlparse(fs)
         base = f"{parsed.scheme}://{parsed.netloc}{DEFAULT_FS_EXPORT_ROOT}"

@@ -1,0 +1,109 @@
+"""A gradient-sharing fit for the namespace cluster's fault tests, submitted with ``spark-submit``.
+
+Usage: sharing_run.py OUT MARKS MASK PACE_S MARK_STEP EPOCHS
+
+Two partitions of a separable two-class problem, trained by ``SharedTrainingMaster`` with
+``network_mask=MASK`` (every process binds the address of its host inside MASK, not the decoy), the
+export approach on the cluster's default file system (S3) and checkpoints on S3. In the first epoch
+every step sleeps PACE_S (so a fault lands mid-fit), and partition 0's first attempt writes the
+address of its host to MARKS/mark at step MARK_STEP: the test then cuts or kills that host. Writes
+OUT (JSON): every epoch's ``last_fit``, the controller's address, the checkpoints, the accuracy of the
+trained network on the data against what a constant guess gets, and the number of examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.spark import SparkNetwork, storage
+from psrv.spark.config import VoidConfiguration
+from psrv.spark.driver.shared_training import SharedTrainingMaster
+from psrv.spark.task.node import route_source_address
+from pyspark.sql import SparkSession
+
+ROWS, FEATURES = 2400, 8
+
+
+def pace(marks: str, pace_s: float, mark_step: int, driver: str, steps: int) -> None:
+    """After each step of the first epoch: the mark at MARK_STEP (partition 0, first attempt), a sleep."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if steps == mark_step and context is not None and context.partitionId() == 0 \
+            and context.attemptNumber() == 0:
+        scratch = os.path.join(marks, f".mark-{os.getpid()}")
+        with open(scratch, "w") as out:
+            out.write(route_source_address(f"{driver}:9") or "")
+        with contextlib.suppress(FileExistsError):  # the first one only, complete when seen
+            os.link(scratch, os.path.join(marks, "mark"))
+    time.sleep(pace_s)
+
+
+class PacedMaster(SharedTrainingMaster):
+    """Gradient sharing whose first epoch's tasks run ``pace`` after every step."""
+
+    first_epoch_step: functools.partial | None = None
+
+    def task_trainer(self, setup, loader):
+        trainer = super().task_trainer(setup, loader)
+        trainer.on_step, self.first_epoch_step = self.first_epoch_step, None
+        return trainer
+
+
+class Record:
+    """Keeps every epoch's ``last_fit`` (the fit itself only keeps the last one)."""
+
+    def __init__(self, master: SharedTrainingMaster) -> None:
+        self.master, self.fits = master, []
+
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
+        live = getattr(self.master, "_live", None)  # the controller this fit call keeps
+        self.fits.append(dict(self.master.last_fit, epoch=epoch, loss=metrics.get("loss"),
+                              controller=getattr(live, "address", None)))
+
+
+def main(out: str, marks: str, mask: str, pace_s: str, mark_step: str, epochs: str) -> None:
+    spark = SparkSession.builder.appName("psrv-netns-sharing").getOrCreate()
+    sc = spark.sparkContext
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
+    y = (x[:, 0] - x[:, 1] + 0.5 * x[:, 2] > 0).astype(np.int64)
+    data = DataSet(x, np.eye(2, dtype=np.float32)[y])
+    rdd = sc.parallelize(list(data.batches(48)), 2)
+    master = PacedMaster(VoidConfiguration(network_mask=mask), batch_size_per_worker=16,
+                         rdd_training_approach="export")
+    master.first_epoch_step = functools.partial(pace, marks, float(pace_s), int(mark_step),
+                                                sc.getConf().get("spark.driver.host"))
+    network = Network([Dense(16, activation="relu"), Output(2)], input_shape=(FEATURES,), updater=Adam(1e-2),
+                      seed=4)
+    record = Record(master)
+    checkpoints = f"{sc._jsc.hadoopConfiguration().get('fs.defaultFS')}/checkpoints/{os.path.basename(out)}"
+    result: dict = {}
+    try:
+        with SparkNetwork(sc, network, master) as net:
+            started = time.monotonic()
+            net.fit(rdd, epochs=int(epochs), checkpoint_dir=checkpoints, callbacks=[record])
+            result["fit_s"] = time.monotonic() - started
+            predicted = np.asarray(network.predict(x)).reshape(-1)
+        result["accuracy"] = float(np.mean(predicted == y))
+        result["majority"] = float(max(np.mean(y), 1 - np.mean(y)))
+        result["rows"], result["predicted"] = ROWS, int(predicted.size)
+        result["checkpoints"] = storage.list_files(checkpoints)
+    except Exception as exc:  # noqa: BLE001 - reported to the test with what was recorded
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    result["fits"] = record.fits
+    with open(out, "w") as sink:
+        json.dump(result, sink, default=str)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
