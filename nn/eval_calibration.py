@@ -21,9 +21,8 @@ from psrv.nn.eval_common import (
     VERSION,
     batch_arrays,
     check_rows,
-    class_indices,
+    class_rows,
     load_json,
-    row_mask,
     safe_div,
 )
 
@@ -100,13 +99,7 @@ class EvaluationCalibration:
             raise EvaluationError(f"predictions: expected probabilities (n, C), got shape {p.shape}")
         if p.size and (p.min() < 0 or p.max() > 1):
             raise EvaluationError("predictions: expected probabilities in [0, 1]")
-        num_classes = p.shape[1]
-        if y.ndim == 2 and y.shape[1] != num_classes:
-            raise EvaluationError(f"labels: expected (n, {num_classes}) like the predictions, got {y.shape}")
-        actual = class_indices(y, num_classes, "labels")
-        keep = row_mask(m, y.shape[0])
-        if keep is not None:
-            actual, p = actual[keep], p[keep]
+        actual, p, num_classes = class_rows(y, p, m)
         self._ensure(num_classes)
         positive = actual[:, None] == np.arange(num_classes)[None, :]  # (n, C)
         bins = _bins(p, self.reliability_bins)

@@ -61,6 +61,19 @@ def flatten_time(
     )
 
 
+def class_rows(y: np.ndarray, p: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(true class per row, class probabilities, number of classes) of an (n, C) batch, the rows a
+    mask removes dropped: what the per-class evaluations (ROC, calibration) count."""
+    num_classes = p.shape[1]
+    if y.ndim == 2 and y.shape[1] != num_classes:
+        raise EvaluationError(f"labels: expected (n, {num_classes}) like the predictions, got {y.shape}")
+    actual = class_indices(y, num_classes, "labels")
+    keep = row_mask(mask, y.shape[0])
+    if keep is not None:
+        actual, p = actual[keep], p[keep]
+    return actual, p, num_classes
+
+
 def row_mask(mask: Any, n: int) -> np.ndarray | None:
     if mask is None:
         return None
@@ -139,6 +152,7 @@ __all__ = [
     "as_array",
     "batch_arrays",
     "check_rows",
+    "class_rows",
     "class_indices",
     "flatten_time",
     "fmt",

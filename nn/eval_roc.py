@@ -11,7 +11,7 @@ from psrv.nn.eval_common import (
     VERSION,
     batch_arrays,
     check_rows,
-    class_indices,
+    class_rows,
     fmt,
     load_json,
     row_mask,
@@ -225,13 +225,7 @@ class ROCMultiClass:
         if p.ndim != 2:
             raise EvaluationError(f"predictions: expected class probabilities (n, C), got shape {p.shape}")
         check_rows(y, p)
-        num_classes = p.shape[1]
-        if y.ndim == 2 and y.shape[1] != num_classes:
-            raise EvaluationError(f"labels: expected (n, {num_classes}) like the predictions, got {y.shape}")
-        actual = class_indices(y, num_classes, "labels")
-        keep = row_mask(m, y.shape[0])
-        if keep is not None:
-            actual, p = actual[keep], p[keep]
+        actual, p, num_classes = class_rows(y, p, m)
         self._ensure(num_classes)
         for c, roc in enumerate(self._rocs):
             roc._add(actual == c, p[:, c].astype(np.float64))

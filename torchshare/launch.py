@@ -45,6 +45,15 @@ class RunResult:
     reports: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_hub(cls, hub: Rendezvous, num_workers: int) -> RunResult:
+        """What every launcher returns once all ranks reported to ``hub``."""
+        reports = [hub.reports[rank] for rank in range(num_workers)]
+        value = reports[0].pop("value", None)
+        counters = hub.controller.counters() if hub.controller is not None else {}
+        return cls(pickler().loads(value) if value is not None else None, hub.master_params(), reports,
+                   counters)
+
     def load_into(self, model: Any) -> Any:
         """Copy the master copy into ``model``'s trainable parameters (in ``model.parameters()`` order,
         the order the workers' flat vector has); returns the model."""
@@ -167,11 +176,7 @@ def run(train_fn: Callable[..., Any], *args: Any, num_workers: int = 2,
             except subprocess.TimeoutExpired:
                 log.info("worker pid %d still exiting %.0f s after its report; stopping it", proc.pid, REAP_S)
         _reap(procs)
-        reports = [hub.reports[rank] for rank in range(num_workers)]
-        value = reports[0].pop("value", None)
-        counters = hub.controller.counters() if hub.controller is not None else {}
-        return RunResult(pickler().loads(value) if value is not None else None, hub.master_params(),
-                         reports, counters)
+        return RunResult.from_hub(hub, num_workers)
     finally:
         _reap(procs)
         hub.close()

@@ -21,7 +21,7 @@ from psrv.spark.driver.shipping import check_shippable
 from psrv.spark.task.run_task import RunTask
 from psrv.torch.launch import RunResult, check_workers, raise_failure
 from psrv.torch.rendezvous import Rendezvous
-from psrv.torch.worker import dump_call, pickler
+from psrv.torch.worker import dump_call
 from psrv.transport import TransportConfig
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,7 @@ def run(train_fn: Callable[..., Any], *args: Any, num_workers: int = 2, spark: A
         if "error" in outcome:
             with worker_errors("psrv.spark.run"):
                 raise outcome["error"]
-        reports = [hub.reports[rank] for rank in range(num_workers)]
-        value = reports[0].pop("value", None)
-        counters = hub.controller.counters() if hub.controller is not None else {}
-        return RunResult(pickler().loads(value) if value is not None else None, hub.master_params(),
-                         reports, counters)
+        return RunResult.from_hub(hub, num_workers)
     finally:
         hub.close()
 
