@@ -89,7 +89,8 @@ def test_a_workers_psrv_error_is_the_first_line(user_run) -> None:
     result = user_run["worker_error"]
     assert not result["ok"] and result["type"] == "SparkInputError", result
     lines = result["error"].splitlines()
-    assert lines[0].startswith("SparkInputError: DataFrame column 'label': expected class indices in [0, 3)")
+    assert lines[0].startswith("SparkInputError: DataFrame column 'label': row "), lines[0]  # the task's row
+    assert "expected integral class indices in [0, 3)" in lines[0], lines[0]
     assert any("at org.apache.spark" in line or "Traceback" in line for line in lines[1:])  # the trace after
 
 

@@ -84,7 +84,8 @@ def test_fit_feeds_sinks_relays_debug_logs_and_shows_progress(spark_context, dig
 
     # live progress: at least the closing line on stderr (stderr is no terminal under pytest)
     err = capsys.readouterr().err
-    assert "psrv fit" in err and "online" in err and "master applied" in err, err
+    assert "psrv fit" in err and "2 workers" in err and "master applied" in err, err
+    assert f"{fit['steps']:,} steps" in err, err  # the closing line counts the job's own steps
 
 
 class WarningLoader:
