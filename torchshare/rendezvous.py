@@ -87,6 +87,9 @@ class Rendezvous:
     def _serve(self, conn: Connection) -> None:
         with conn:
             try:
+                if not conn.poll(JOIN_WAIT_S):  # a client that connects and never asks holds no thread
+                    log.warning("rendezvous: a connection sent nothing within %.0f s; closed", JOIN_WAIT_S)
+                    return
                 request = conn.recv()
                 conn.send(self._handle(request))
             except (EOFError, OSError) as exc:

@@ -6,41 +6,19 @@ count each epoch's own steps and examples, 1-based, and a failed fit ends with `
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from spark_submit import submit_script
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
-
-SCRIPTS = Path(__file__).parent / "scripts"
-SUBMIT_DEADLINE_S = 840
 
 
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("failing-fits")
-    out = work / "results.json"
-    submit = Path(sys.executable).parent / "spark-submit"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
-    command = [str(submit), "--master", "local-cluster[2,1,1024]",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-               "--conf", "spark.driver.memory=1g", "--conf", "spark.executor.memory=1g",
-               "--conf", "spark.task.maxFailures=4",
-               str(SCRIPTS / "failing_fits.py"), str(out)]
-    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                          timeout=SUBMIT_DEADLINE_S)
-    if done.returncode != 0 or not out.exists():
-        pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
-    results = json.loads(out.read_text())
-    results["output"] = done.stdout  # spark-submit merges the Python driver's stderr into its stdout
+    results, output = submit_script("failing_fits.py", work, "spark.task.maxFailures=4")
+    results["output"] = output  # spark-submit merges the Python driver's stderr into its stdout
     return results
 
 

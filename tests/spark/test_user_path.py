@@ -1,47 +1,24 @@
 """The PyTorch user's path, run as a user runs it: ``spark-submit --master local-cluster[2,1,1024]`` of a
 script with its own ``nn.Module`` classes (tests/spark/scripts/user_script.py), once for every check.
 
-Each test is one of issue 12's failures: (1) a model class of the script reaches the executors, a helper
-module beside the script is refused on the driver until shipped; (2) a second network of the same
+Each test is one of the failures a new user met: (1) a model class of the script reaches the executors,
+a helper module beside the script is refused on the driver until shipped; (2) a second network of the same
 architecture fits in the same session and Python workers; (3) wrong inputs fail on the driver before
 any training job with one clear line, and a worker's psrv error is the first line the user sees.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from spark_submit import submit_script
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
-
-SCRIPTS = Path(__file__).parent / "scripts"
-SUBMIT_DEADLINE_S = 840
 
 
 @pytest.fixture(scope="module")
 def user_run(tmp_path_factory) -> dict:
     """The script's results (it runs in its own Spark application, beside the tests' session)."""
-    work = tmp_path_factory.mktemp("user-script")
-    out = work / "results.json"
-    submit = Path(sys.executable).parent / "spark-submit"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the executors get no source tree
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
-    command = [str(submit), "--master", "local-cluster[2,1,1024]",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-               "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-               "--conf", "spark.driver.memory=1g", "--conf", "spark.executor.memory=1g",
-               str(SCRIPTS / "user_script.py"), str(out)]
-    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                          timeout=SUBMIT_DEADLINE_S)
-    if done.returncode != 0 or not out.exists():
-        pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
-    return json.loads(out.read_text())
+    return submit_script("user_script.py", tmp_path_factory.mktemp("user-script"))[0]
 
 
 def _value(result: dict) -> object:

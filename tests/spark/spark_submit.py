@@ -1,0 +1,39 @@
+"""Run a test script the way a user does: ``spark-submit --master local-cluster[2,1,1024]`` with the
+venv's Python on the executors and no source tree on their path; the script writes its results as
+JSON to the path it is given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+SUBMIT_DEADLINE_S = 840
+
+
+def submit_script(name: str, work: Path, *conf: str) -> tuple[dict[str, Any], str]:
+    """(the JSON the script ``scripts/<name>`` wrote, spark-submit's stdout); ``conf``: more
+    ``--conf`` settings. A failed submit fails the test with the end of its stderr."""
+    out = work / "results.json"
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the executors get no source tree
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    settings = ["spark.ui.enabled=false", "spark.ui.showConsoleProgress=false", "spark.driver.host=127.0.0.1",
+                "spark.driver.bindAddress=127.0.0.1", "spark.driver.memory=1g", "spark.executor.memory=1g",
+                *conf]
+    command = [str(submit), "--master", "local-cluster[2,1,1024]"]
+    for setting in settings:
+        command += ["--conf", setting]
+    command += [str(SCRIPTS / name), str(out)]
+    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                          timeout=SUBMIT_DEADLINE_S)
+    if done.returncode != 0 or not out.exists():
+        pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
+    return json.loads(out.read_text()), done.stdout
