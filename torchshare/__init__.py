@@ -3,8 +3,9 @@
 ``DistributedOptimizer(optimizer, model)`` makes any torch optimizer share its steps (threshold-encoded,
 over psrv's mesh); ``init()``, ``rank()``, ``size()``, ``local_rank()`` tell a worker its place;
 ``psrv.run(train_fn, num_workers=N)`` (the same function as ``psrv.torch.run``; and
-``psrv run -n N script.py``) runs the function on N local processes, ``psrv.spark.run`` on Spark tasks. Needs the ``torch`` extra (imported when
-``DistributedOptimizer`` is first used, so that the launchers and ``psrv.spark`` load without it).
+``psrv run -n N script.py``) runs the function on N local processes, ``psrv.spark.run`` on Spark tasks.
+Needs the ``torch`` extra (imported when ``DistributedOptimizer`` is first used, so that the launchers
+and ``psrv.spark`` load without it).
 """
 
 from __future__ import annotations
