@@ -28,12 +28,17 @@ def __getattr__(name: str) -> Any:
         from psrv.torch.optimizer import DistributedOptimizer  # lazy: imports torch (the optional extra)
 
         return DistributedOptimizer
+    if name == "PsrvStrategy":
+        from psrv.torch.lightning import PsrvStrategy  # lazy: imports lightning (the optional extra)
+
+        return PsrvStrategy
     raise AttributeError(f"module 'psrv.torch' has no attribute {name!r}")
 
 
 __all__ = [
     "DistributedOptimizer",
     "LauncherRequiredError",
+    "PsrvStrategy",
     "RendezvousError",
     "RunResult",
     "SharingConfigError",
