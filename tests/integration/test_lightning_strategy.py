@@ -69,25 +69,29 @@ def train_with_psrv() -> dict:
             "report": strategy.report}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_lightning_module_trains_with_the_psrv_strategy_on_two_workers() -> None:
-    result = psrv.run(train_with_psrv, num_workers=2)
+def check_lightning_run(result) -> None:
+    """What a launcher's run of ``train_with_psrv`` on two workers must show (psrv.run's and Spark's)."""
     shard_batches = ROWS // 2 // BATCH
     assert result.value["batches"] == shard_batches  # rank 0 saw its half of the rows
     assert result.value["steps"] == EPOCHS * shard_batches // ACCUMULATE
     assert result.value["report"]["replica"]["status"] == "equal"  # the strategy left at the end of fit
-    applied = result.counters["applied_by_origin"]
+    applied = {int(k): int(v) for k, v in result.counters["applied_by_origin"].items()}
     for report in result.reports:
         assert report["replica"]["status"] == "equal", report
         assert report["steps"] == result.value["steps"] and report["messages"] > 0
-        assert int(applied[report["node_id"]]) == report["messages"]  # every message once, none lost
-    assert sum(int(v) for v in applied.values()) == sum(r["messages"] for r in result.reports)
+        assert applied[int(report["node_id"])] == report["messages"]  # every message once, none lost
+    assert sum(applied.values()) == sum(r["messages"] for r in result.reports)
 
     start = Classifier().full_loss()
     reference, _ = fit("auto")  # one process, all the rows, the same Trainer settings
     shared = result.load_into(Classifier()).full_loss()
     assert shared < start - 0.5 * (start - reference.full_loss()), (start, reference.full_loss(), shared)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_lightning_module_trains_with_the_psrv_strategy_on_two_workers() -> None:
+    check_lightning_run(psrv.run(train_with_psrv, num_workers=2))
 
 
 def test_the_strategy_needs_a_launcher(monkeypatch) -> None:
