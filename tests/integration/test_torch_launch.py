@@ -47,7 +47,7 @@ def _raises_on_rank_1(message: str) -> str:
     model = torch.nn.Linear(4, 2)
     optimizer = pt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
     if pt.rank() == 1:
-        raise ValueError(message)
+        raise ValueError(f"{message} (raised at {time.time():.3f})")
     deadline = time.monotonic() + 240  # rank 0 would train on: the launcher must stop it
     while time.monotonic() < deadline:
         optimizer.zero_grad()
@@ -64,7 +64,9 @@ def test_a_worker_that_raises_comes_back_as_the_users_exception() -> None:
     started = time.monotonic()
     with pytest.raises(ValueError, match="bad shard 7") as info:
         psrv.run(_raises_on_rank_1, "bad shard 7", num_workers=2)
-    assert time.monotonic() - started < 120  # process start-up included; the stop itself takes seconds
+    assert time.monotonic() - started < 120  # process start-up included
+    raised_at = float(str(info.value).rpartition("raised at ")[2].rstrip(")"))
+    assert time.time() - raised_at < 20  # from the worker's raise to the launcher's: seconds
     assert "rank 1 failed" in str(info.value.__cause__) and "_raises_on_rank_1" in str(info.value.__cause__)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
