@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark psrv's own-loop path on one machine: ``psrv.torch.run`` (2 workers, gradient sharing) against
+"""Benchmark psrv's own-loop path on one machine: ``psrv.run`` (2 workers, gradient sharing) against
 torch DDP (2 processes, gloo all-reduce) and one process, each training the same ~1 M-parameter MLP
 with AdamW on the same synthetic data until the test accuracy reaches the same target.
 
@@ -127,10 +127,10 @@ def run_ddp(size: int, target: float, batch: int, max_steps: int, every: int) ->
 
 
 def run_psrv(size: int, target: float, batch: int, max_steps: int, every: int) -> dict:
-    import psrv.torch as pt
+    import psrv
 
     with tempfile.TemporaryDirectory() as tmp:
-        result = pt.run(psrv_worker, target, batch, max_steps, every, os.path.join(tmp, "stop"),
+        result = psrv.run(psrv_worker, target, batch, max_steps, every, os.path.join(tmp, "stop"),
                         num_workers=size)
     return {"steps": result.value["steps"], "seconds": result.value["seconds"],
             "bytes": int(statistics.mean(r["bytes_sent"] for r in result.reports))}
@@ -201,7 +201,7 @@ def main() -> int:
     ways = {"one process": lambda: run_single(args.target, args.batch, args.max_steps, args.every),
             f"torch DDP (gloo), {args.workers} processes":
                 lambda: run_ddp(args.workers, args.target, args.batch, args.max_steps, args.every),
-            f"psrv.torch.run, {args.workers} workers":
+            f"psrv.run, {args.workers} workers":
                 lambda: run_psrv(args.workers, args.target, args.batch, args.max_steps, args.every)}
     runs: dict[str, list[dict]] = {name: [] for name in ways}
     for _ in range(args.repeats):  # alternating, so load changes hit every way alike

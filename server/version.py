@@ -1,9 +1,9 @@
-"""psrv's version for the CLI and code: the one definition is the top-level package's ``psrv.__version__``
+"""psrv's version for the CLI and code: the one definition is ``psrv._version`` (``psrv.__version__``)
 (the installed distribution's, from importlib.metadata)."""
 
 from __future__ import annotations
 
-from psrv import __version__
+from psrv._version import __version__
 
 
 def version() -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psrv import __version__
+from psrv._version import __version__
 from psrv.spark import storage  # importing it hands psrv.nn the reader and writer of every URI
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.driver.epochs import EarlyStopping

@@ -1,6 +1,6 @@
 """What a launcher tells the processes it starts, through their environment.
 
-A launcher (``psrv.torch.run``, ``psrv run -n N``, ``psrv.spark.run``) sets these variables in every worker
+A launcher (``psrv.run``, ``psrv run -n N``, ``psrv.spark.run``) sets these variables in every worker
 process; ``init()`` reads them. The rendezvous address and its key let a worker reach the launcher, which
 starts the controller once rank 0 has sent its initial parameters and hands every rank its address.
 """
@@ -50,7 +50,7 @@ class WorkerEnvironment:
             raise LauncherRequiredError(
                 "psrv.torch.init(): this process was not started by a psrv launcher (no "
                 f"{RENDEZVOUS_ENV} in its environment); run the training function with "
-                "psrv.torch.run(train_fn, num_workers=N), the script with `psrv run -n N script.py`, or "
+                "psrv.run(train_fn, num_workers=N), the script with `psrv run -n N script.py`, or "
                 "on Spark with psrv.spark.run(train_fn, num_workers=N)")
         try:
             return cls(rendezvous=env[RENDEZVOUS_ENV], key=bytes.fromhex(env[RENDEZVOUS_KEY_ENV]),

@@ -1,4 +1,4 @@
-"""``run(train_fn, *args, num_workers=N)``: N local worker processes, no Spark (ParallelWrapper's job).
+"""``psrv.run(train_fn, *args, num_workers=N)``: N local worker processes, no Spark (ParallelWrapper's job).
 
 The launching process holds the rendezvous and, once rank 0 sent its initial parameters, the controller
 (the master copy). Each worker is a fresh Python process running ``train_fn`` with its place in the

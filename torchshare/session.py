@@ -28,14 +28,17 @@ class Session:
 
 _guard = threading.Lock()
 _current: Session | None = None
+#: the session that left last: its report is what the launcher collects when the function returns, also
+#: when the function (or the Lightning strategy at the end of ``fit``) called ``shutdown()`` itself
+_left: Session | None = None
 
 
 def init() -> WorkerEnvironment:
     """Read the launcher's environment (once per process); raises LauncherRequiredError outside one."""
-    global _current
+    global _current, _left
     with _guard:
         if _current is None:
-            _current = Session(WorkerEnvironment.from_variables())
+            _current, _left = Session(WorkerEnvironment.from_variables()), None
         return _current.env
 
 
@@ -81,25 +84,27 @@ def attach(optimizer: Any) -> Session:
 
 def shutdown() -> dict[str, Any] | None:
     """Leave the job: drain, check the replica, stop the node. Returns what the worker reports (None
-    when no optimizer joined). Idempotent; a later ``init()`` starts a new session."""
-    global _current
+    when no optimizer joined). Idempotent: a second call returns the same report; a later ``init()``
+    starts a new session."""
+    global _current, _left
     with _guard:
         session, _current = _current, None
-    if session is None or session.optimizer is None:
+        if session is None:
+            return _left.report if _left is not None else None
+    if session.optimizer is None:
         return None
     if session.report is None:
         session.report = session.optimizer.leave()
+    with _guard:
+        _left = session
     return session.report
-
-
-
 
 
 def abandon() -> None:
     """Leave without draining (the training function failed): stop the node, forget the session."""
-    global _current
+    global _current, _left
     with _guard:
-        session, _current = _current, None
+        session, _current, _left = _current, None, None
     node = getattr(session.optimizer, "node", None) if session is not None else None
     if node is not None:
         node.stop(timeout_s=2.0)

@@ -45,6 +45,7 @@ def run_worker(env: WorkerEnvironment, payload: bytes) -> Any:
     os.environ.update(env.variables())
     cloudpickle = pickler()
     try:
+        session.abandon()  # a reused Python worker (Spark) forgets any session an earlier task left
         fn, args, kwargs = cloudpickle.loads(payload)
         try:
             value = fn(*args, **kwargs)

@@ -20,6 +20,25 @@ def load_script():
     return module
 
 
+def one_process_loss(script, steps: int, accumulate: int = 2, batch: int = 32) -> float:
+    """The reference: the script's loop (AdamW, cosine schedule, accumulation, clipping) in one process
+    on all the rows, no psrv; its final loss on all the rows."""
+    x, y = script.make_data()
+    model = script.make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        for _ in range(accumulate):
+            idx = torch.randint(0, len(x), (batch,), generator=generator)
+            (torch.nn.functional.cross_entropy(model(x[idx]), y[idx]) / accumulate).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+    return script.full_loss(model, x, y)
+
+
 def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray) -> None:
     """Every replica equal to the master copy after the drain, every message applied once, the master
     copy learned, rank 0's state loads."""
@@ -37,7 +56,10 @@ def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, 
     start = script.full_loss(model, x, y)
     torch.nn.utils.vector_to_parameters(torch.from_numpy(master), model.parameters())
     learned = script.full_loss(model, x, y)
-    assert learned < 0.85 * start, (start, learned)
+    # the master copy learned at least a quarter of what one process learns in as many steps on all the
+    # rows (measured: 44 %, the default threshold's quantized start; one process: 1.10 -> 0.14)
+    reference = one_process_loss(script, ranks[0]["steps"])
+    assert learned < start - 0.25 * (start - reference), (start, reference, learned)
     # the state rank 0 returned loads into a fresh model, and is the master copy up to updates that
     # reached the master after rank 0 left (its final loss is as good)
     fresh = script.make_model()

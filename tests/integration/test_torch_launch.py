@@ -1,5 +1,5 @@
 """psrv's own-loop launchers on one machine, run as a user would: ``psrv run -n 2 script.py`` on a
-script with its own loop, and ``psrv.torch.run`` with a worker that raises. Real processes, real sockets.
+script with its own loop, and ``psrv.run`` with a worker that raises. Real processes, real sockets.
 
 The script's checks are the central invariant (every replica equals the master copy once drained), the
 exactly-once accounting (the master copy holds each worker's every message, once), learning (the loss of
@@ -20,6 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import psrv  # noqa: E402
 import psrv.torch as pt  # noqa: E402
 from own_loop_checks import SCRIPT, check_own_loop_run  # noqa: E402
 
@@ -46,7 +47,7 @@ def _raises_on_rank_1(message: str) -> str:
     model = torch.nn.Linear(4, 2)
     optimizer = pt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
     if pt.rank() == 1:
-        raise ValueError(message)
+        raise ValueError(f"{message} (raised at {time.time():.3f})")
     deadline = time.monotonic() + 240  # rank 0 would train on: the launcher must stop it
     while time.monotonic() < deadline:
         optimizer.zero_grad()
@@ -62,8 +63,10 @@ def test_a_worker_that_raises_comes_back_as_the_users_exception() -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     started = time.monotonic()
     with pytest.raises(ValueError, match="bad shard 7") as info:
-        pt.run(_raises_on_rank_1, "bad shard 7", num_workers=2)
-    assert time.monotonic() - started < 120  # process start-up included; the stop itself takes seconds
+        psrv.run(_raises_on_rank_1, "bad shard 7", num_workers=2)
+    assert time.monotonic() - started < 120  # process start-up included
+    raised_at = float(str(info.value).rpartition("raised at ")[2].rstrip(")"))
+    assert time.time() - raised_at < 20  # from the worker's raise to the launcher's: seconds
     assert "rank 1 failed" in str(info.value.__cause__) and "_raises_on_rank_1" in str(info.value.__cause__)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
@@ -72,6 +75,6 @@ def test_a_worker_that_raises_comes_back_as_the_users_exception() -> None:
 
 def test_run_refuses_bad_arguments_before_starting_anything() -> None:
     with pytest.raises(pt.SharingConfigError, match="num_workers"):
-        pt.run(_raises_on_rank_1, "x", num_workers=0)
+        psrv.run(_raises_on_rank_1, "x", num_workers=0)
     with pytest.raises(pt.SharingConfigError, match="train_fn"):
-        pt.run("not a function", num_workers=2)
+        psrv.run("not a function", num_workers=2)

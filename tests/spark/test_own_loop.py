@@ -1,6 +1,6 @@
 """psrv.spark.run on the real local-cluster: the user's own-loop script (AdamW + cosine schedule +
-clipping + accumulation) on 2 Spark tasks with the controller on the driver, and a worker that raises
-coming back as the user's own exception."""
+clipping + accumulation) on 2 Spark tasks with the controller on the driver, a Lightning Trainer with
+psrv's strategy on 2 tasks, and a worker that raises coming back as the user's own exception."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ def test_spark_run_trains_a_users_own_loop(spark, tmp_path: Path) -> None:
     workers, applied = summary(result)
     assert [w["rank"] for w in workers] == [0, 1]
     check_own_loop_run(tmp_path, workers, applied, result.params)
+
+
+@pytest.mark.timeout(500)
+def test_spark_run_fits_a_lightning_module_with_the_psrv_strategy(spark) -> None:
+    pytest.importorskip("lightning")
+    import test_lightning_strategy as lightning_run
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(lightning_run)  # the executors cannot import the test module
+    try:
+        result = psrv.spark.run(lightning_run.train_with_psrv, num_workers=2, spark=spark)
+    finally:
+        cloudpickle.unregister_pickle_by_value(lightning_run)
+    lightning_run.check_lightning_run(result)
 
 
 @pytest.mark.timeout(300)

@@ -34,14 +34,17 @@ def test_bare_import_psrv_has_the_version_and_stays_light(tmp_path) -> None:
     installed metadata, loads none of the subpackages (no numba, Spark or torch), and the subpackages
     still import beside it (the top-level package lives in top/, each subpackage in its own folder)."""
     code = ("import json, sys, psrv; loaded = sorted(m for m in sys.modules if m.startswith('psrv.') "
+            "and m != 'psrv._version' "
             "or m.split('.')[0] in ('numba', 'pyspark', 'torch', 'zmq')); "
             "import psrv.encoding, psrv.transport, psrv.server, psrv.nn, psrv.spark; "
-            "print(json.dumps([psrv.__version__, psrv.__file__, loaded, psrv.spark.__version__]))")
+            "print(json.dumps([psrv.__version__, psrv.__file__, loaded, psrv.spark.__version__, "
+            "callable(psrv.run)]))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    version, location, loaded, spark_version = json.loads(done.stdout)
+    version, location, loaded, spark_version, has_run = json.loads(done.stdout)
+    assert has_run  # psrv.run is there, and importing psrv did not load psrv.torch for it
     assert version == metadata.version("psrv") == spark_version
     assert loaded == []
     assert Path(location).name == "__init__.py"
