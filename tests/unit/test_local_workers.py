@@ -175,3 +175,41 @@ def test_the_estimator_takes_workers_per_node_as_a_param() -> None:
     given = make(workers_per_node=2, training_master=SharedTrainingMaster())
     with pytest.raises(SparkConfigError, match="set workers_per_node on it instead"):
         given._master()
+
+
+def test_torch_workers_on_the_device_path_step_from_the_replica_and_sum_tensors() -> None:
+    """The device path (a torch network whose live parameters are tensors; CPU tensors here, as CI runs
+    it): worker 1 copies the replica's tensor, both step with ``compute_update_tensor``, the sum is a
+    tensor equal to the two steps taken one after the other from the same point."""
+    torch = pytest.importorskip("torch")
+    from psrv.nn.torch_adapter import TorchNetwork
+
+    torch.manual_seed(0)
+    network = TorchNetwork(torch.nn.Linear(5, 3), torch.nn.CrossEntropyLoss(), input_shape=(5,),
+                           optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5))
+    payload = NetworkPayload.from_network(network, with_updater=True)
+    workers = LocalWorkers(network, payload, 2, threading.RLock(), on_device=True)
+    rng = np.random.default_rng(3)
+    batches = []
+    for _ in range(2):
+        batch = type("B", (), {})()
+        batch.features = rng.normal(size=(4, 5)).astype(np.float32)
+        batch.labels = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 4)]
+        batch.num_examples = 4
+        batches.append(batch)
+    reference = []
+    for batch in batches:  # each step alone, from the replica's parameters
+        twin = TorchNetwork(torch.nn.Linear(5, 3), torch.nn.CrossEntropyLoss(), input_shape=(5,),
+                            optimizer=lambda ps: torch.optim.SGD(ps, lr=0.5))
+        twin.set_params(network.params)
+        reference.append(twin.compute_update(batch.features, batch.labels)[0].copy())
+
+    def compute(net, batch, rows_before):
+        return net.compute_update_tensor(batch.features, batch.labels)
+
+    outcomes = workers.compute(batches, compute, 0)
+    total = workers.combine([u for u, _ in outcomes])
+    assert isinstance(total, torch.Tensor)
+    assert np.allclose(total.numpy(), reference[0] + reference[1], atol=1e-6)
+    assert np.array_equal(workers.networks[1].params, network.params)  # nothing applied by a step
+    workers.close()
