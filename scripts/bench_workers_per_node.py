@@ -134,7 +134,8 @@ def _network(hidden: int, seed: int) -> Network:
 def _fit(sc, rdd, test, args: argparse.Namespace, variant: str, seed: int) -> dict:
     per_node = args.per_node if variant == "N per node" else 1
     tasks = args.hosts * args.per_node // per_node
-    master = SharedTrainingMaster(VoidConfiguration(unicast_port=0), batch_size_per_worker=16,
+    conf = VoidConfiguration(unicast_port=0, join_timeout_ms=180_000)  # a busy machine starts tasks slowly
+    master = SharedTrainingMaster(conf, batch_size_per_worker=16,
                                   num_workers=tasks, threshold_algorithm=AdaptiveThreshold(3e-2),
                                   collect_training_stats=True, progress=False, workers_per_node=per_node)
     spark_net = SparkNetwork(sc, _network(args.hidden, seed), master)
