@@ -48,6 +48,7 @@ from psrv.spark.observe.progress import LiveProgress, check_progress
 from psrv.spark.observe.worker_logs import relay_worker_logs
 from psrv.spark.payload import NetworkPayload, add_buffers, lineage, mean_buffers, set_counters
 from psrv.spark.task.failures import fatal_report
+from psrv.spark.task.local_workers import check_workers_per_node
 from psrv.spark.task.prefetch import check_prefetch_num_batches
 from psrv.spark.task.results import WorkerResult
 from psrv.spark.task.setup import WorkerSetup
@@ -74,6 +75,10 @@ class SharedTrainingMaster:
     ``ResidualClipping(5, 5)``. ``threshold_algorithm=SampledQuantileThreshold()`` takes tau from each
     worker's residual every step instead (about 0.9 % of the elements per message, no dense first
     messages); README's "How much a step learns" says when each one learns more.
+
+    ``workers_per_node=N`` trains N local workers in each task (one per GPU it holds, else threads)
+    behind its one mesh member: their steps are summed before one message goes on the wire
+    (psrv.spark.task.local_workers; README's "Several workers per node").
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class SharedTrainingMaster:
         check_replicas: bool = True,
         loggers: Any = None,
         progress: bool = True,
+        workers_per_node: int = 1,
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
@@ -117,6 +123,7 @@ class SharedTrainingMaster:
         self.check_replicas = bool(check_replicas)
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
         self.progress = check_progress(progress)  # live progress on stderr during fit (observe.progress)
+        self.workers_per_node = check_workers_per_node(workers_per_node)  # trainers behind each member
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -224,6 +231,7 @@ class SharedTrainingMaster:
             session_id=f"{self._session_id}:{lineage(network)}",  # residuals belong to one network
             check_replicas=self.check_replicas,
             strategy_classes=strategies.classes_to_bytes(chosen),  # a user's classes travel by value
+            workers_per_node=self.workers_per_node,
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
@@ -344,13 +352,15 @@ class SharedTrainingMaster:
         self.last_worker_buffers = [r.buffers for r in results]  # what each worker reported (host copies)
         steps = sum(r.steps for r in results)
         examples = sum(r.examples for r in results)
-        set_counters(network, setup.payload.iteration + max((r.steps for r in results), default=0),
-                     setup.payload.epoch)
+        # each local worker counts its own steps, as a member of its own would
+        set_counters(network, setup.payload.iteration
+                     + max((-(-r.steps // r.local_workers) for r in results), default=0), setup.payload.epoch)
         self.last_score = sum(r.loss_sum for r in results) / examples if examples else None
         bytes_sent = sum(r.bytes_sent for r in results)
         dense = steps * network.num_params * network.params.dtype.itemsize
         self.last_fit = {
-            "workers": len(results), "steps": steps, "examples": examples,
+            "workers": len(results), "local_workers": sum(r.local_workers for r in results),
+            "steps": steps, "examples": examples,
             "messages": sum(r.messages for r in results),
             "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
             "controller_updates_applied": controller_counters.get("updates_applied"),
@@ -418,6 +428,7 @@ def _accounting(job_id: str, results: list[WorkerResult], sent: int,
         log.error("the master applied %d updates of the finished tasks, which submitted only %d: an "
                   "update was applied twice; please report", from_finished, sent)
     return {
+        "mesh_members": sum(1 for name in names.values() if name and name.startswith(prefix)),
         "updates_missing": sent - from_finished,
         "updates_applied_by_failed_attempts": by_failed,
         "retried_partitions": sorted(retried),

@@ -141,13 +141,20 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         check_labels(frame, self.label_col, kind, outputs if kind == "multiclass" else 2, what)
 
     def _master(self) -> TrainingMaster:
+        workers_per_node = int(self.getOrDefault("workersPerNode"))
         if self.training_master is not None:
+            given = getattr(self.training_master, "workers_per_node", 1)
+            if workers_per_node not in (1, given):
+                raise SparkConfigError(
+                    f"workers_per_node={workers_per_node} is for the default training master; this estimator "
+                    f"was given {type(self.training_master).__name__}: set workers_per_node on it instead")
             return self.training_master
         config = VoidConfiguration()
         port = self._optional("controllerPort")
         if port is not None:
             config = dataclasses.replace(config, unicast_port=int(port))
-        return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")))
+        return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")),
+                                    workers_per_node=workers_per_node)
 
     # -- fit ----------------------------------------------------------------------------------------
     def _fit(self, dataset: DataFrame) -> TorchModel:

@@ -118,10 +118,14 @@ class EstimatorParams(ModelParams):
                             "(0: any free port) for the default training master", _to_port)
     outputActivation = _param("outputActivation", "activation of the output for predictions: 'auto' "
                               "(from the loss), 'softmax', 'sigmoid' or None", _to_activation)
+    workersPerNode = _param("workersPerNode", "local workers behind each Spark task's one mesh member (one "
+                            "per GPU the task holds, else threads) for the default training master",
+                            _positive("workersPerNode"))
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", epochs=1, batchSize=32, resume=False, outputActivation="auto")
+        self._setDefault(workersPerNode=1)
 
 
 #: constructor keyword -> Param name
@@ -131,6 +135,7 @@ SNAKE_CASE = {
     "learning_rate": "learningRate", "validation": "validation", "seed": "seed",
     "checkpoint_dir": "checkpointDir", "resume": "resume", "run_id": "runId",
     "controller_port": "controllerPort", "output_activation": "outputActivation", "output_kind": "outputKind",
+    "workers_per_node": "workersPerNode",
 }
 
 

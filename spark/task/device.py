@@ -71,9 +71,25 @@ def task_device() -> Any:
     return torch.device("cpu")
 
 
+def task_gpus() -> list[Any]:
+    """Every GPU Spark assigned to this task that torch can use here, in Spark's order (empty on a CPU
+    task): where ``workers_per_node`` puts one local worker each."""
+    try:
+        import torch
+        from pyspark import TaskContext
+    except ImportError:
+        return []
+    context = TaskContext.get()
+    gpus = context.resources().get("gpu") if context is not None else None
+    if gpus is None or not torch.cuda.is_available():
+        return []
+    indices = [_visible_index(address) for address in list(getattr(gpus, "addresses", None) or [])]
+    return [torch.device("cuda", i) for i in indices if i is not None and i < torch.cuda.device_count()]
+
+
 def wants_device_sharing(network: TrainableNetwork, force: bool = False) -> bool:
     """True for a torch network off the CPU (or on it when ``force``: how CI exercises this path)."""
     return isinstance(network, DeviceNetwork) and (force or not network.on_host)
 
 
-__all__ = ["DEVICE_ENV", "task_device", "wants_device_sharing"]
+__all__ = ["DEVICE_ENV", "task_device", "task_gpus", "wants_device_sharing"]

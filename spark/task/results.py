@@ -27,6 +27,7 @@ class WorkerResult:
     replica: dict[str, Any] | None = None  # psrv.server.replica.ReplicaCheck.as_dict(), if checked
     logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
+    local_workers: int = 1  # trainers behind this task's one mesh member (workers_per_node)
 
 
 class RoundResult:

@@ -25,6 +25,7 @@ class WorkerSetup:
     session_id: str = ""  # one training master: residuals carry over between its fits
     check_replicas: bool = True  # each task checks its final replica against the master
     strategy_classes: bytes = b""  # the threshold algorithm's and post-processor's classes (spark.strategies)
+    workers_per_node: int = 1  # local workers behind the task's one node (spark.task.local_workers)
 
 
 __all__ = ["WorkerSetup"]

@@ -20,8 +20,9 @@ from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
 from psrv.spark.payload import buffers_of
-from psrv.spark.task.device import wants_device_sharing
+from psrv.spark.task.device import task_gpus, wants_device_sharing
 from psrv.spark.task.failures import check_finite, report_fatal, step_error
+from psrv.spark.task.local_workers import LocalWorkers, deal
 from psrv.spark.task.node import start_node, wait_acknowledged
 from psrv.spark.task.prefetch import PrefetchingIterator
 from psrv.spark.task.replica import check_replica
@@ -87,6 +88,9 @@ class SharingTask:
         self.replica: dict[str, Any] | None = None
         self.counters: dict[str, Any] = {}
         self._join()
+        count = int(getattr(setup, "workers_per_node", 1))
+        self.local = LocalWorkers(self.network, setup.payload, count, self.node.lock, on_device,
+                                  task_gpus() if on_device else ()) if count > 1 else None
 
     def _join(self) -> None:
         """Start the node (a download of the master copy), then take the updater state and residual."""
@@ -110,15 +114,24 @@ class SharingTask:
         leaves whatever happens."""
         try:
             with PrefetchingIterator(batches, self.setup.prefetch) as prefetched:
-                for batch, step_start in timed_batches(prefetched, self.events):
-                    self.step(batch, step_start)
-                    if on_step is not None:
-                        on_step(self.steps)
+                timed = timed_batches(prefetched, self.events)
+                if self.local is None:
+                    for batch, step_start in timed:
+                        self.step(batch, step_start)
+                        if on_step is not None:
+                            on_step(self.steps)
+                else:  # several local workers: one round of their minibatches, one combined message
+                    for group, step_start in deal(timed, self.local.count):
+                        self.step_round(group, step_start)
+                        if on_step is not None:
+                            on_step(self.steps)
             self._before_leaving()
         except BaseException as exc:  # a fatal one reaches the driver in the heartbeat before we leave
             report_fatal(self.node, self.setup.job_id, exc, self.setup.transport.heartbeat_s)
             raise
         finally:
+            if self.local is not None:
+                self.local.close()
             leave_start = self.events.now()
             self.node.stop()
             self.events.add("leave", leave_start, self.events.now())
@@ -126,17 +139,42 @@ class SharingTask:
 
     def step(self, batch: Any, step_start: float) -> None:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
-        network, events = self.network, self.events
-        compute = network.compute_update if self.sharing is None else network.compute_update_tensor
         check_finite(batch, self.part, self.examples)
+        update, loss = self._compute(self.network, batch, self.examples)
+        self._send(update, loss, [batch], step_start)
+
+    def step_round(self, batches: list[Any], step_start: float) -> None:
+        """One minibatch per local worker, their steps summed into one update, encoded and sent once."""
+        offset = self.examples
+        for batch in batches:
+            check_finite(batch, self.part, offset)
+            offset += batch.num_examples
+        outcomes = self.local.compute(batches, self._compute, self.examples)
+        update = self.local.combine([u for u, _ in outcomes])
+        self._send(update, [float(loss) for _, loss in outcomes], batches, step_start)
+
+    def _compute(self, network: TrainableNetwork, batch: Any, rows_before: int) -> tuple[Any, float]:
+        """One worker's step on one minibatch (nothing applied); its errors classified."""
+        compute = network.compute_update if self.sharing is None else network.compute_update_tensor
         try:
-            update, loss = compute(batch.features, batch.labels, batch.labels_mask,
-                                   **step_arguments(compute, features_mask_of(batch)))
+            return compute(batch.features, batch.labels, batch.labels_mask,
+                           **step_arguments(compute, features_mask_of(batch)))
         except Exception as exc:  # noqa: BLE001 - classified: psrv's, a NaN loss, or the user's code
-            raised = step_error(exc, self.part, self.examples, batch.num_examples)
+            raised = step_error(exc, self.part, rows_before, batch.num_examples)
             if raised is exc:
                 raise
             raise raised from exc
+
+    def _send(self, update: Any, losses: Any, batches: list[Any], step_start: float) -> None:
+        """Encode, apply locally and submit one update (of one minibatch, or one per local worker);
+        ``losses`` is the step's loss, or each local worker's."""
+        network, events = self.network, self.events
+        examples = sum(int(b.num_examples) for b in batches)
+        if isinstance(losses, list):  # the round's loss: each worker's, weighted by its rows
+            loss_sum = sum(loss * int(b.num_examples) for loss, b in zip(losses, batches, strict=True))
+            loss = loss_sum / max(1, examples)
+        else:
+            loss, loss_sum = losses, float(losses) * examples
         encode_start = events.now()
         message = self.encoder.encode_update(update)
         encode_end = events.now()
@@ -144,15 +182,15 @@ class SharingTask:
         stats = self.encoder.last_stats
         if self.setup.debug and stats is not None:
             self.capture.debug_stats(int(network.iteration), stats)
-        events.add("fit", step_start, encode_start, loss=float(loss), examples=batch.num_examples,
+        events.add("fit", step_start, encode_start, loss=float(loss), examples=examples,
                    iteration=int(network.iteration))
         elements = elements_sent(message) if message is not None and events.enabled else 0
         events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
                    threshold=float(self.encoder.threshold_algorithm.threshold), bytes=sent,
                    elements=elements, sparsity=elements / max(1, network.num_params))
-        self.steps += 1
-        self.examples += batch.num_examples
-        self.loss_sum += float(loss) * batch.num_examples
+        self.steps += len(batches)
+        self.examples += examples
+        self.loss_sum += loss_sum
         report_progress(self.node, partition=self.part, epoch=int(network.epoch) + 1, steps=self.steps,
                         examples=self.examples, loss=self.loss_average.add(float(loss)))
 
@@ -190,11 +228,14 @@ class SharingTask:
 
     def result(self) -> WorkerResult:
         """What the driver gets back from this task."""
+        local = self.local
         return WorkerResult(
             self.part, self.attempt, self.steps, self.examples, self.loss_sum, self.messages, self.bytes_sent,
-            np.array(self.network.updater_state, copy=True), self.encoder.threshold_algorithm.get_state(),
-            self.events.events, self.counters, replica=self.replica, logs=self.capture.detach(),
-            buffers=buffers_of(self.network))
+            np.array(self.network.updater_state, copy=True) if local is None else local.updater_state(),
+            self.encoder.threshold_algorithm.get_state(), self.events.events, self.counters,
+            replica=self.replica, logs=self.capture.detach(),
+            buffers=buffers_of(self.network) if self.local is None else self.local.buffers(),
+            local_workers=1 if self.local is None else self.local.count)
 
 
 class SharingTrainer:

@@ -1,0 +1,106 @@
+"""Two local workers behind one node, on the path users train through: real worker processes run the
+Spark task's own loop (``SharingTrainer``) against a real controller over ZeroMQ, one process with
+``workers_per_node=2`` beside one with a single worker (so updates arrive during its rounds). The
+two-worker node sends one message per round, its replica equals the master copy, and the master holds
+every submitted update exactly once."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psrv.encoding import AdaptiveThreshold, ResidualClipping
+from psrv.nn import Adam, Dense, Network, Output
+from psrv.nn.data import DataSet
+from psrv.server import Controller
+from psrv.spark.payload import NetworkPayload
+from psrv.spark.task.setup import WorkerSetup
+from psrv.transport import TransportConfig
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+WORKER = Path(__file__).with_name("replica_worker.py")
+
+
+def _batches() -> list[DataSet]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    full = DataSet.from_class_indices((data.data / 16.0).astype(np.float32), data.target.astype(np.int64), 10)
+    full.shuffle(5)
+    return list(full.batches(32))
+
+
+def _wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if controller.counters()["updates_applied"] >= expected:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path) -> None:
+    network = Network([Dense(64, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
+                      seed=3)
+    initial = np.array(network.params, dtype=np.float64, copy=True)
+    config = TransportConfig(heartbeat_s=0.5, missed_beats=6, join_timeout_s=30, linger_s=0.5)
+    controller = Controller(config, np.array(network.params, copy=True),
+                            updater_state=np.array(network.updater_state, copy=True)).start()
+    batches = _batches()
+    shares = {2: batches[0::2] * 2, 1: batches[1::2]}  # (workers_per_node, the task's minibatches)
+    procs, results, sent = [], {}, []
+    try:
+        base = WorkerSetup(
+            job_id=uuid.uuid4().hex[:8], controller_address=controller.address,
+            transport=config.replace(host="127.0.0.1", port=0), network_mask=None,
+            payload=NetworkPayload.from_network(network, with_updater=True),
+            threshold_state=AdaptiveThreshold(1e-3).get_state(),
+            post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
+            collect_stats=False, session_id=uuid.uuid4().hex,
+        )
+        for count, share in shares.items():
+            source, target = tmp_path / f"in{count}.pkl", tmp_path / f"out{count}.pkl"
+            with open(source, "wb") as fh:
+                pickle.dump({"setup": replace(base, workers_per_node=count), "batches": share,
+                             "mode": "fixed"}, fh)
+            log = open(tmp_path / f"worker{count}.log", "w")  # noqa: SIM115 - the child inherits it
+            procs.append((subprocess.Popen([sys.executable, str(WORKER), str(source), str(target)],
+                                           stdout=log, stderr=subprocess.STDOUT,
+                                           env=dict(os.environ, OMP_NUM_THREADS="1")), target, count))
+            log.close()
+        for proc, target, count in procs:
+            rc = proc.wait(timeout=180)
+            log_text = (tmp_path / f"worker{count}.log").read_text()
+            assert rc == 0, f"worker {count} exited {rc}:\n{log_text[-3000:]}"
+            with open(target, "rb") as fh:
+                out = pickle.load(fh)
+            (results[count],) = out["results"]
+            sent.append(out["sent"])
+        expected = sum(r.counters["updates_sent"] for r in results.values())
+        assert _wait_applied(controller, expected), \
+            f"the controller applied {controller.counters()['updates_applied']} of {expected}"
+        with controller.lock:
+            master = np.array(controller.params, dtype=np.float64, copy=True)
+    finally:
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+        controller.stop()
+    pair, single = results[2], results[1]
+    assert pair.local_workers == 2 and single.local_workers == 1
+    assert pair.steps == len(shares[2]) and pair.examples == sum(b.num_examples for b in shares[2])
+    assert pair.messages == (len(shares[2]) + 1) // 2  # one message per round of two minibatches
+    assert single.messages == len(shares[1])
+    # nothing lost, nothing twice: the master is the initial copy plus every submitted update once
+    total = initial + sum(sent)
+    assert float(np.linalg.norm(master - total) / np.linalg.norm(total)) <= 1e-6
+    for r in (pair, single):  # each replica, checked by the task itself against the master copy
+        assert r.replica is not None and r.replica["status"] == "equal", r.replica
