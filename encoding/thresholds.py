@@ -167,11 +167,17 @@ class SampledQuantileThreshold(_Base):
     ``initial`` is only used when the encoder has not shown the algorithm a residual yet (a residual
     of zeros keeps the previous tau). The ResidualEncoder calls ``prepare(residual)`` before each
     encoding; ``observe`` only checks its arguments.
+
+    ``warmup`` steps of sparsity warm-up (Deep Gradient Compression's): the first step sends
+    ``warmup_sparsity`` of the elements and the fraction falls geometrically to ``sparsity`` over
+    ``warmup`` steps, so less of the first steps' updates waits in the residual, at the price of
+    bigger first messages. The step count is part of the state (a resumed fit goes on where it was).
     """
 
-    _fields = ("sparsity", "sample", "initial")
+    _fields = ("sparsity", "sample", "initial", "warmup", "warmup_sparsity")
 
-    def __init__(self, sparsity: float = 9e-3, sample: int = 65536, initial: float = 1e-3) -> None:
+    def __init__(self, sparsity: float = 9e-3, sample: int = 65536, initial: float = 1e-3,
+                 warmup: int = 0, warmup_sparsity: float = 0.1) -> None:
         self.sparsity = _positive("sparsity", sparsity)
         if self.sparsity >= 1:
             raise ValueError(f"sparsity must be in (0, 1), got {sparsity}")
@@ -179,16 +185,55 @@ class SampledQuantileThreshold(_Base):
             raise ValueError(f"sample must be an int >= 16, got {sample!r}")
         self.sample = sample
         self.initial = _positive("initial", initial)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
+        self.warmup = warmup
+        self.warmup_sparsity = _positive("warmup_sparsity", warmup_sparsity)
+        if not self.sparsity <= self.warmup_sparsity < 1:
+            raise ValueError(f"warmup_sparsity must be in [sparsity, 1), got {warmup_sparsity} "
+                             f"(sparsity {self.sparsity})")
         self.threshold = self.initial
+        self.steps = 0
+
+    def current_sparsity(self) -> float:
+        """The fraction this step aims at: on the warm-up's geometric ramp, then ``sparsity``."""
+        if self.steps >= self.warmup:
+            return self.sparsity
+        return self.warmup_sparsity * (self.sparsity / self.warmup_sparsity) ** (self.steps / self.warmup)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "steps": self.steps}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]):
+        if isinstance(state, Mapping):  # a state saved before the warm-up existed has none
+            state = {"warmup": 0, "warmup_sparsity": 0.1, **state}
+        algorithm = super().from_state(state)
+        steps = state.get("steps", 0)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise InvalidStateError(
+                f"cannot restore {cls.__name__}: steps must be an int >= 0, got {steps!r}")
+        algorithm.steps = steps
+        return algorithm
+
+    @classmethod
+    def average(cls, states: Iterable[Mapping[str, Any] | _Base]):
+        """The mean tau (as every algorithm) and the most steps any worker has taken."""
+        states = list(states)
+        averaged = super().average(states)
+        averaged.steps = max(s.steps if isinstance(s, cls) else cls.from_state(s).steps for s in states)
+        return averaged
 
     def prepare(self, residual: Any) -> None:
         """Set tau from ``residual`` (a 1-D NumPy array or torch tensor, read only)."""
         n = int(residual.shape[0])
         if n == 0:
             return
+        sparsity = self.current_sparsity()
+        self.steps += 1
         stride = max(1, -(-n // self.sample))
         picked = residual[::stride]
-        rank = max(1, math.ceil(len(picked) * self.sparsity))  # the rank-th largest |r| of the sample
+        rank = max(1, math.ceil(len(picked) * sparsity))  # the rank-th largest |r| of the sample
         if isinstance(picked, np.ndarray):
             magnitudes = np.abs(picked)
             tau = float(np.partition(magnitudes, len(magnitudes) - rank)[len(magnitudes) - rank])

@@ -64,7 +64,8 @@ def test_adam_like_first_steps_send_no_dense_bitmap() -> None:
     assert "bitmap" in dl4j_forms  # the adaptive start this replaces
 
 
-STATES = [SampledQuantileThreshold(), SampledQuantileThreshold(sparsity=1e-2, sample=4096, initial=0.5)]
+STATES = [SampledQuantileThreshold(), SampledQuantileThreshold(sparsity=1e-2, sample=4096, initial=0.5),
+          SampledQuantileThreshold(warmup=7, warmup_sparsity=0.2)]
 
 
 @pytest.mark.parametrize("algorithm", STATES)
@@ -76,6 +77,7 @@ def test_state_round_trips_exactly(algorithm) -> None:
         assert type(restored) is SampledQuantileThreshold
         assert restored == algorithm and restored.get_state() == state
         assert restored.threshold == algorithm.threshold
+        assert restored.steps == algorithm.steps == 1
 
 
 def test_average_and_bad_settings() -> None:
@@ -95,7 +97,7 @@ def test_average_and_bad_settings() -> None:
 def test_checkpoint_resume_restores_the_state_exactly(tmp_path) -> None:
     """What ``fit(..., resume=True)`` reads back: the master's threshold state, through msgpack."""
     net = Network([Dense(4), Output(2)], input_shape=(3,), updater=Adam(1e-2), seed=1)
-    algorithm = SampledQuantileThreshold(sparsity=2e-3, sample=1024)
+    algorithm = SampledQuantileThreshold(sparsity=2e-3, sample=1024, warmup=5)
     algorithm.prepare(np.random.default_rng(2).normal(size=5000).astype(np.float32))
     saved_master = type("M", (), {"threshold_algorithm": algorithm})()
     checkpoints.save(None, str(tmp_path / "ck"), net, saved_master, 1, [(1, {"loss": 1.0})])
@@ -113,3 +115,35 @@ def test_residual_encoder_with_the_quantile_threshold_starts_from_the_residual()
     message = encoder.encode_update(update)
     assert message_info(message).count == 3  # 9e-3 of 1000 is 9, but the 9th largest ties with 991 more
     np.testing.assert_array_equal(encoder.residual[3:], update[3:])
+
+
+def test_warmup_ramps_the_sent_fraction_down_and_resumes_where_it_was() -> None:
+    """The warm-up sends warmup_sparsity first and sparsity from step ``warmup`` on, falling in
+    between; a copy restored from the state mid-ramp picks exactly the taus the original picks."""
+    n, rng = 20_000, np.random.default_rng(4)
+    residuals = [rng.normal(size=n).astype(np.float32) for _ in range(8)]
+    algorithm = SampledQuantileThreshold(sparsity=1e-2, sample=n, warmup=4, warmup_sparsity=0.2)
+    fractions = []
+    for residual in residuals[:3]:
+        algorithm.prepare(residual)
+        fractions.append(np.count_nonzero(np.abs(residual) >= algorithm.threshold) / n)
+    restored = threshold_algorithm_from_state(msgpack.unpackb(msgpack.packb(algorithm.get_state())))
+    for residual in residuals[3:]:
+        algorithm.prepare(residual)
+        restored.prepare(residual)
+        assert restored.threshold == algorithm.threshold and restored.steps == algorithm.steps
+        fractions.append(np.count_nonzero(np.abs(residual) >= algorithm.threshold) / n)
+    assert fractions[0] == pytest.approx(0.2, rel=1e-3)
+    assert all(a > b for a, b in zip(fractions[:4], fractions[1:5], strict=True)), fractions
+    assert fractions[4:] == [pytest.approx(1e-2, rel=1e-2)] * 4
+    averaged = SampledQuantileThreshold.average([algorithm.get_state(), restored.get_state(),
+                                                 SampledQuantileThreshold.from_state(
+                                                     {**algorithm.get_state(), "steps": 2})])
+    assert averaged.steps == 8  # the furthest worker: a resumed fit does not warm up again
+    old = {k: v for k, v in SampledQuantileThreshold().get_state().items()
+           if k not in ("warmup", "warmup_sparsity", "steps")}
+    assert threshold_algorithm_from_state(old) == SampledQuantileThreshold()  # saved before the warm-up
+    for kwargs in ({"warmup": -1}, {"warmup": 2.0}, {"warmup_sparsity": 1.0},
+                   {"sparsity": 0.2, "warmup_sparsity": 0.1}):
+        with pytest.raises(ValueError):
+            SampledQuantileThreshold(**kwargs)
