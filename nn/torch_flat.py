@@ -91,15 +91,22 @@ def steer_to_step_buffer(optimizer: Any, buffers: FlatBuffers) -> Any:
     return optimizer
 
 
-def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False) -> None:
+def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False, adopt: bool = False) -> None:
     """Point every parameter's ``.grad`` (and its step copy's) back at the flat gradient, copying a
     gradient torch allocated elsewhere (after ``zero_grad(set_to_none=True)``). ``keep_missing``: a
-    parameter without a gradient keeps none (the optimizer then skips it, as torch does)."""
+    parameter without a gradient keeps none (the optimizer then skips it, as torch does). ``adopt``:
+    the step copy takes such a gradient where it is, with no copy (for a caller that never reads the
+    flat gradient as one vector: it saves a pass over the parameters every step)."""
     offset = 0
     for p, shadow, ptr in zip(buffers.params, buffers.step_params, buffers.grad_ptrs, strict=True):
         n = p.numel()
         if p.grad is None and keep_missing:
             shadow.grad = None
+            offset += n
+            continue
+        if adopt and p.grad is not None:
+            if shadow.grad is not p.grad:
+                shadow.grad = p.grad
             offset += n
             continue
         if p.grad is None or p.grad.data_ptr() != ptr:

@@ -109,7 +109,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The wrapped optimizer's groups (their params are the step copies; each one's ``.grad`` is the
         model parameter's gradient, re-pointed first, so GradScaler and schedulers see the real ones)."""
-        restore_grad_views(self._buffers, keep_missing=True)
+        restore_grad_views(self._buffers, keep_missing=True, adopt=True)
         return self.optimizer.param_groups
 
     @property
@@ -147,7 +147,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        restore_grad_views(self._buffers, keep_missing=True)
+        restore_grad_views(self._buffers, keep_missing=True, adopt=True)
         if self.sharing is not None:
             after, before, _ = step_before_after(self._buffers, self.optimizer)
             self.iterations += 1

@@ -9,10 +9,12 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder
+from psrv.encoding.codec import copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.spark import strategies
@@ -128,17 +130,20 @@ class SharingTask:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
         network, events = self.network, self.events
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
+        pair = self.sharing is None and _steps_in_pairs(network)
+        if pair:  # the step as (after, before): the encoder sums, scans and encodes in one pass
+            compute = partial(network.compute_update_pair, load=_load_on_host)
         check_finite(batch, self.part, self.examples)
         try:
-            update, loss = compute(batch.features, batch.labels, batch.labels_mask,
-                                   **step_arguments(compute, features_mask_of(batch)))
+            *update, loss = compute(batch.features, batch.labels, batch.labels_mask,
+                                    **step_arguments(compute, features_mask_of(batch)))
         except Exception as exc:  # noqa: BLE001 - classified: psrv's, a NaN loss, or the user's code
             raised = step_error(exc, self.part, self.examples, batch.num_examples)
             if raised is exc:
                 raise
             raise raised from exc
         encode_start = events.now()
-        message = self.encoder.encode_update(update)
+        message = self.encoder.encode_difference(*update) if pair else self.encoder.encode_update(update[0])
         encode_end = events.now()
         sent = self._submit(message) if message is not None else 0
         stats = self.encoder.last_stats
@@ -221,6 +226,21 @@ class SharingTrainer:
         task = SharingTask(self.setup.value, self.device_sharing)
         task.train(batches, self.on_step)
         yield task.result()
+
+
+def _steps_in_pairs(network: Any) -> bool:
+    """Whether the network gives its step on the host as (after, before) by the same code as its
+    ``compute_update`` (a subclass that overrides ``compute_update`` keeps its own)."""
+    def owner(name: str) -> Any:
+        return next((k for k in type(network).__mro__ if name in vars(k)), None)
+
+    return (getattr(network, "on_host", False) is True and owner("compute_update_pair") is not None
+            and owner("compute_update_pair") is owner("compute_update"))
+
+
+def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
+    """The live parameters into the step's snapshot and step buffer, one read for both."""
+    copy_to_both(live.numpy(), snapshot.numpy(), step_buffer.numpy())
 
 
 __all__ = ["SharingTask", "SharingTrainer", "StepCallback"]
