@@ -16,8 +16,8 @@ controller's validate + apply into the master copy (once per worker-step).
 ``--processes`` also runs real processes on loopback: ``psrv.torch.run`` (2 workers, the controller in
 the launching process) against torch DDP (gloo, 2 processes), a fixed number of steps each, and prints
 the CPU seconds per worker-step of all processes (each worker's process CPU over its measured steps,
-plus the launching process's CPU over the whole run for psrv's controller; rank 0's CPU counts for
-both workers, as the launcher returns rank 0's value).
+plus, for psrv, the launching process's CPU (the controller) within rank 0's measured window, sampled
+every 50 ms; rank 0's CPU counts for both workers, as the launcher returns rank 0's value).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -193,15 +194,16 @@ def process_worker(size: str, steps: int, warmup: int) -> dict:
 
     opt = pt.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), model,
                                   threshold_algorithm=AdaptiveThreshold(1e-3))
-    cpu = wall = 0.0
+    cpu = wall = start = 0.0
     for step in range(warmup + steps):
         if step == warmup:
-            cpu, wall = time.process_time(), time.perf_counter()
+            cpu, wall, start = time.process_time(), time.perf_counter(), time.time()
         x, y = batch(step, pt.rank())
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-    return {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "steps": steps}
+    return {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "steps": steps,
+            "window": (start, time.time())}
 
 
 def ddp_worker(rank: int, size: str, steps: int, warmup: int, port: int, out: str) -> None:
@@ -232,10 +234,24 @@ def run_processes(size: str, steps: int, warmup: int) -> dict[str, float]:
     import psrv.torch as pt
     import torch.multiprocessing as mp
 
-    launcher = time.process_time()
-    result = pt.run(process_worker, size, steps, warmup, num_workers=2)
-    controller = time.process_time() - launcher
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:  # the launching process's CPU (the controller's thread) against the clock
+        while not done.wait(0.05):
+            samples.append((time.time(), time.process_time()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = pt.run(process_worker, size, steps, warmup, num_workers=2)
+    finally:
+        done.set()
+        sampler.join(5)
     workers = [result.value]  # rank 0's figures; the ranks run the same loop
+    start, end = workers[0]["window"]
+    inside = [c for t, c in samples if start <= t <= end]
+    controller = inside[-1] - inside[0] if len(inside) > 1 else 0.0
     psrv_cpu = (2 * workers[0]["cpu"] + controller) / (2 * steps)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -259,16 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", action="store_true",
                         help="also CPU per worker-step with real processes: psrv.torch.run vs DDP")
     parser.add_argument("--process-steps", type=int, default=40)
+    parser.add_argument("--only-processes", action="store_true", help="skip the pass-by-pass tables")
     args = parser.parse_args(argv)
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
         parser.error(f"--sizes: unknown {unknown}; expected some of {list(SIZES)}")
-    for size in sizes:
+    for size in [] if args.only_processes else sizes:
         figures, info = measure(size, args.iterations, args.repeats, args.warmup)
         print_table(size, figures, info, args.repeats, args.iterations)
         sys.stdout.flush()
-    if args.processes:
+    if args.processes or args.only_processes:
         print("\n| model | CPU s per worker-step, psrv (2 workers + controller) | DDP (2 processes) | "
               "ratio | wall s per step psrv / DDP | load average |\n|---|---|---|---|---|---|")
         for size in sizes:
