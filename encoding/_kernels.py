@@ -215,6 +215,64 @@ def encode_range(x, bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indice
     return count, -1, bitmap_mode
 
 
+@_kernel([_triple(_f4a, _u4a, _f4a, _f4a, types.float32, types.uint32, types.uint32, types.uint32, _i8, _i8,
+                  _i4a, _f4a, _u4a),
+          _triple(_f8a, _u8a, _f8a, _f8a, types.float64, types.uint64, types.uint64, types.uint64, _i8, _i8,
+                  _i4a, _f8a, _u4a)])
+def add_difference_encode_range(x, bits, after, before, tau, abs_mask, tau_bits, inf_bits, start, stop,
+                                indices, originals, words):
+    """``x[start:stop] += after - before``, then encode_range's pass, block by block while in cache.
+
+    Each block gets its sum first (the same rounding as a separate subtraction and addition), then is
+    scanned and encoded exactly as encode_range does. A block holding NaN/inf stops the encoding; the
+    rest of the range still gets its sum, so after the caller's restore the vector is exactly
+    ``x + (after - before)``, as if the sum had been a pass of its own.
+    """
+    count = 0
+    bitmap_mode = False
+    zero = tau_bits ^ tau_bits
+    lo = start
+    while lo < stop:
+        hi = min(lo + BLOCK, stop)
+        largest = zero
+        if hi - lo == BLOCK:  # fixed-length loops over slices, which LLVM vectorizes
+            xs, a, b, w = x[lo:hi], after[lo:hi], before[lo:hi], bits[lo:hi]
+            for j in range(BLOCK):
+                xs[j] = xs[j] + (a[j] - b[j])
+            for j in range(BLOCK):
+                largest = max(largest, w[j] & abs_mask)
+        else:
+            for j in range(lo, hi):
+                x[j] = x[j] + (after[j] - before[j])
+            for j in range(lo, hi):
+                largest = max(largest, bits[j] & abs_mask)
+        if largest >= tau_bits:
+            if largest >= inf_bits:
+                for j in range(hi, stop):
+                    x[j] = x[j] + (after[j] - before[j])
+                return count, _first_bad(bits, abs_mask, inf_bits, lo, hi), bitmap_mode
+            count, bitmap_mode = _visit_block(x, bits, tau, abs_mask, tau_bits, lo, hi, indices, originals,
+                                              words, count, bitmap_mode)
+        lo = hi
+    return count, -1, bitmap_mode
+
+
+@_kernel([types.void(_f4a, _f4a, _f4a, _i8, _i8), types.void(_f8a, _f8a, _f8a, _i8, _i8)])
+def add_difference_range(x, after, before, start, stop):
+    """``x[start:stop] += after - before`` in one pass (no temporary for the difference)."""
+    for j in range(start, stop):
+        x[j] = x[j] + (after[j] - before[j])
+
+
+@_kernel([types.void(_f4a, _f4a, _f4a), types.void(_f8a, _f8a, _f8a)])
+def copy_to_both(source, first, second):
+    """``first[:] = second[:] = source``: one read of the source for two copies."""
+    for j in range(source.shape[0]):
+        v = source[j]
+        first[j] = v
+        second[j] = v
+
+
 @_kernel([types.void(_i4a, _i8, _u4a)])
 def indices_to_bitmap(indices, count, words):
     """Set the bitmap bits of the first `count` signed 1-based indices."""
@@ -332,8 +390,9 @@ def load_all() -> None:
         _ = kernel.dispatcher
 
 
-ALL_KERNELS = (encode_range, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
-               validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
+ALL_KERNELS = (encode_range, add_difference_encode_range, add_difference_range, copy_to_both,
+               indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap, validate_sparse,
+               validate_bitmap, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -116,6 +116,53 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
                    threads: int = 1) -> tuple[np.ndarray | None, int]:
     """encode(), also returning how many elements the message carries (0 with None)."""
     _check_vector(residual, "residual", writeable=True)
+    return _encode(residual, threshold, threads, None)
+
+
+def add_difference_encode_counted(residual: np.ndarray, after: np.ndarray, before: np.ndarray,
+                                  threshold: float, *, threads: int = 1) -> tuple[np.ndarray | None, int]:
+    """``residual += after - before``, then ``encode_counted(residual, threshold)``, in one pass.
+
+    The message, the count and the residual are bit for bit those of the two steps done apart (an
+    optimizer's step taken as the difference of its parameters after and before, without writing the
+    difference anywhere). A NaN or inf raises NonFiniteResidualError as ``encode`` does, with the
+    difference added and nothing emitted. ``after`` and ``before`` must have the residual's dtype and
+    length.
+    """
+    _check_difference(residual, after, before)
+    return _encode(residual, threshold, threads, (after, before))
+
+
+def add_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarray) -> None:
+    """``residual += after - before`` in one pass, rounded as the two operations apart."""
+    _check_difference(residual, after, before)
+    k.add_difference_range(residual, after, before, 0, residual.shape[0])
+
+
+def copy_to_both(source: np.ndarray, first: np.ndarray, second: np.ndarray) -> None:
+    """``first[:] = source; second[:] = source`` with one read of ``source``: how a step loads the
+    live parameters into its snapshot and its step buffer in one pass."""
+    _check_vector(source, "source", writeable=True)
+    for name, array in (("first", first), ("second", second)):
+        _check_vector(array, name, writeable=True)
+        if array.dtype != source.dtype or array.shape != source.shape:
+            raise ValueError(f"{name} must match the source ({source.dtype}{list(source.shape)}), "
+                             f"got {array.dtype}{list(array.shape)}")
+    k.copy_to_both(source, first, second)
+
+
+def _check_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarray) -> None:
+    _check_vector(residual, "residual", writeable=True)
+    for name, array in (("after", after), ("before", before)):
+        _check_vector(array, name, writeable=True)  # the kernels take writeable arrays (never written)
+        if array.dtype != residual.dtype or array.shape != residual.shape:
+            raise ValueError(f"{name} must match the residual ({residual.dtype}{list(residual.shape)}), "
+                             f"got {array.dtype}{list(array.shape)}")
+
+
+def _encode(residual: np.ndarray, threshold: float, threads: int,
+            difference: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray | None, int]:
+    """encode_counted's body; with ``difference`` (after, before) each chunk adds it first."""
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     tau32 = float32_threshold(threshold)
@@ -135,6 +182,10 @@ def encode_counted(residual: np.ndarray, threshold: float, *,
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
+        if difference is not None:
+            return k.add_difference_encode_range(residual, bits, difference[0], difference[1], tau, abs_mask,
+                                                 tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi],
+                                                 bitmap)
         return k.encode_range(residual, bits, tau, abs_mask, tau_bits, inf_bits, lo, hi, indices[w0:w1],
                               originals[lo:hi], bitmap)
 
@@ -358,6 +409,9 @@ def decode_validated(message: np.ndarray, target: np.ndarray) -> None:
 __all__ = [
     "MessageInfo",
     "PARALLEL_MIN_ELEMENTS_PER_THREAD",
+    "add_difference",
+    "add_difference_encode_counted",
+    "copy_to_both",
     "bitmap_problem",
     "decode",
     "decode_validated",

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import numpy as np
-from psrv.encoding.codec import encode_counted
+from psrv.encoding.codec import add_difference, add_difference_encode_counted, encode_counted
 from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, ResidualPostProcessor
 from psrv.encoding.stats import EncodingStats, encoding_stats
 from psrv.encoding.thresholds import AdaptiveThreshold, ThresholdAlgorithm
@@ -80,6 +80,26 @@ class ResidualEncoder:
         message, count = encode_counted(self.residual, tau, threads=self.threads)
         return self._after_encode(message, count, tau)
 
+    def encode_difference(self, after: Any, before: Any) -> Any:
+        """``encode_update(after - before)`` without the difference ever being written: an optimizer's
+        step given as its parameters after and before it. On the host, with both arrays of the
+        residual's dtype, the sum, the threshold scan and the encoding are one pass over the vectors
+        (two when the threshold algorithm or debug statistics must see the summed residual first); the
+        message, residual and threshold state are bit for bit those of ``encode_update``."""
+        if self.device is not None or not _same_vectors(self.residual, after, before):
+            return self.encode_update(np.subtract(after, before) if self.device is None else after - before)
+        if self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
+            add_difference(self.residual, after, before)
+            tau = self._threshold()
+            if self.debug:
+                self.last_stats = encoding_stats(self.residual, tau)
+            message, count = encode_counted(self.residual, tau, threads=self.threads)
+        else:
+            tau = self.threshold_algorithm.threshold
+            message, count = add_difference_encode_counted(self.residual, after, before, tau,
+                                                           threads=self.threads)
+        return self._after_encode(message, count, tau)
+
     def _encode_on_device(self, update: Any) -> Any:
         import torch
         from psrv.encoding import device  # lazy: device.py needs torch, an optional dependency
@@ -122,6 +142,13 @@ class ResidualEncoder:
         """Forget the residual (e.g. after the parameters were replaced by a downloaded copy)."""
         self.residual[:] = 0
         self.last_stats = None
+
+
+def _same_vectors(residual: np.ndarray, *arrays: Any) -> bool:
+    """Whether every array can go to the fused kernels with ``residual`` (same dtype and length,
+    contiguous, writeable NumPy arrays)."""
+    return all(isinstance(a, np.ndarray) and a.dtype == residual.dtype and a.shape == residual.shape
+               and a.flags.c_contiguous and a.flags.aligned and a.flags.writeable for a in arrays)
 
 
 __all__ = ["NoResidualPostProcessor", "ResidualEncoder"]

@@ -39,7 +39,13 @@ from psrv.nn.errors import ConfigError, InvalidInputError, ModelFileError, NonFi
 from psrv.nn.normalizers import normalizer_from_state
 from psrv.nn.torch_device import import_torch, place_module, resolve_device, saved_device
 from psrv.nn.torch_file import FORMAT, FORMAT_VERSION, dump_payload, load_payload
-from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, take_step
+from psrv.nn.torch_flat import (
+    bind_flat_buffers,
+    restore_grad_views,
+    steer_to_step_buffer,
+    step_before_after,
+    take_step,
+)
 from psrv.nn.torch_io import Layout, evaluate_outputs, input_shapes, probe_input
 from psrv.nn.torch_shapes import masked_steps_zeroed, predictions
 
@@ -334,6 +340,18 @@ class TorchNetwork(_inputs.TrainingCounters):
         self._iteration += 1
         self.last_loss = loss
         return update, loss
+
+    def compute_update_pair(self, features: Any, labels: Any, mask: Any = None, features_mask: Any = None,
+                            load: Any = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """On the CPU, ``compute_update`` with the step given as (parameters after, before) (views valid
+        until the next step), so an encoder adds the difference inside its own pass; ``load`` as in
+        ``torch_flat.step_before_after``."""
+        x, y, m = self._prepare(features, labels, mask)
+        loss = self._gradient(x, y, m, features_mask)
+        after, before, _ = step_before_after(self._buffers, self.optimizer, load=load)
+        self._iteration += 1
+        self.last_loss = loss
+        return after.numpy(), before.numpy(), loss
 
     def fit(self, data: Any, epochs: int = 1, batch_size: int = 32, shuffle: bool = True) -> None:
         _inputs.fit_epochs(self, data, epochs, batch_size, shuffle)

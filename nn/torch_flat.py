@@ -14,7 +14,8 @@ import numpy as np
 from psrv.nn.errors import ConfigError
 from psrv.nn.torch_device import import_torch
 
-__all__ = ["FlatBuffers", "bind_flat_buffers", "restore_grad_views", "steer_to_step_buffer", "take_step"]
+__all__ = ["FlatBuffers", "bind_flat_buffers", "restore_grad_views", "steer_to_step_buffer",
+           "step_before_after", "take_step"]
 
 
 @dataclass
@@ -90,15 +91,22 @@ def steer_to_step_buffer(optimizer: Any, buffers: FlatBuffers) -> Any:
     return optimizer
 
 
-def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False) -> None:
+def restore_grad_views(buffers: FlatBuffers, keep_missing: bool = False, adopt: bool = False) -> None:
     """Point every parameter's ``.grad`` (and its step copy's) back at the flat gradient, copying a
     gradient torch allocated elsewhere (after ``zero_grad(set_to_none=True)``). ``keep_missing``: a
-    parameter without a gradient keeps none (the optimizer then skips it, as torch does)."""
+    parameter without a gradient keeps none (the optimizer then skips it, as torch does). ``adopt``:
+    the step copy takes such a gradient where it is, with no copy (for a caller that never reads the
+    flat gradient as one vector: it saves a pass over the parameters every step)."""
     offset = 0
     for p, shadow, ptr in zip(buffers.params, buffers.step_params, buffers.grad_ptrs, strict=True):
         n = p.numel()
         if p.grad is None and keep_missing:
             shadow.grad = None
+            offset += n
+            continue
+        if adopt and p.grad is not None:
+            if shadow.grad is not p.grad:
+                shadow.grad = p.grad
             offset += n
             continue
         if p.grad is None or p.grad.data_ptr() != ptr:
@@ -121,16 +129,34 @@ def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, reuse: bool = Fa
     from a slightly older point, as in any asynchronous SGD). ``reuse``: no allocation per step (the
     returned step is the step buffer itself, valid until the next step)."""
     torch = import_torch()
-    with torch.no_grad():
-        if reuse:
-            if buffers.base is None:
-                buffers.base = torch.empty_like(buffers.flat)
-            base = buffers.base
-            base.copy_(buffers.flat)
-        else:
+    if not reuse:
+        with torch.no_grad():
             base = buffers.flat.clone()
-        buffers.step_flat.copy_(base)
-    returned = optimizer.step(*args, **kwargs)
+            buffers.step_flat.copy_(base)
+        returned = optimizer.step(*args, **kwargs)
+        with torch.no_grad():
+            return buffers.step_flat - base, returned
+    after, before, returned = step_before_after(buffers, optimizer, *args, **kwargs)
     with torch.no_grad():
-        update = buffers.step_flat.sub_(base) if reuse else buffers.step_flat - base
-    return update, returned
+        return after.sub_(before), returned
+
+
+def step_before_after(buffers: FlatBuffers, optimizer: Any, *args: Any, load: Any = None,
+                      **kwargs: Any) -> tuple[Any, Any, Any]:
+    """``take_step(reuse=True)`` without the subtraction: returns (the step buffer after the step, the
+    snapshot of the live parameters it started from, what ``step`` returned), both valid until the
+    next step, so the caller can take the difference inside a pass of its own (the encoder's).
+    ``load(live, snapshot, step_buffer)``: copies the live parameters into both (default: two torch
+    copies; a one-pass kernel on the CPU)."""
+    torch = import_torch()
+    with torch.no_grad():
+        if buffers.base is None:
+            buffers.base = torch.empty_like(buffers.flat)
+        base = buffers.base
+        if load is None:
+            base.copy_(buffers.flat)
+            buffers.step_flat.copy_(base)
+        else:
+            load(buffers.flat, base, buffers.step_flat)
+    returned = optimizer.step(*args, **kwargs)
+    return buffers.step_flat, base, returned

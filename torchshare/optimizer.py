@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder, decode, post_processor_from_state, threshold_algorithm_from_state
+from psrv.encoding.codec import copy_to_both
 from psrv.nn.torch_device import import_torch, place_module
-from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, take_step
+from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, step_before_after
 from psrv.server import Node
 from psrv.torch import session
 from psrv.torch.device_sharing import DeviceSharing
@@ -45,6 +46,11 @@ class _LiveReplica:
     def set_params(self, params: np.ndarray) -> None:
         with torch.no_grad():
             self.flat_params.copy_(torch.from_numpy(np.asarray(params)).to(self.flat_params.device))
+
+
+def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
+    """The live parameters into the snapshot and the step buffer, one read for both."""
+    copy_to_both(live.numpy(), snapshot.numpy(), step_buffer.numpy())
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -103,7 +109,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The wrapped optimizer's groups (their params are the step copies; each one's ``.grad`` is the
         model parameter's gradient, re-pointed first, so GradScaler and schedulers see the real ones)."""
-        restore_grad_views(self._buffers, keep_missing=True)
+        restore_grad_views(self._buffers, keep_missing=True, adopt=True)
         return self.optimizer.param_groups
 
     @property
@@ -141,10 +147,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        restore_grad_views(self._buffers, keep_missing=True)
-        update, _ = take_step(self._buffers, self.optimizer, reuse=True)
-        self.iterations += 1
-        message = self.encoder.encode_update(update if self.sharing is not None else update.numpy())
+        restore_grad_views(self._buffers, keep_missing=True, adopt=True)
+        if self.sharing is not None:
+            after, before, _ = step_before_after(self._buffers, self.optimizer)
+            self.iterations += 1
+            with torch.no_grad():
+                message = self.encoder.encode_update(after.sub_(before))
+        else:  # one pass loads the step, one adds it to the residual and encodes it (no difference vector)
+            after, before, _ = step_before_after(self._buffers, self.optimizer, load=_load_on_host)
+            self.iterations += 1
+            message = self.encoder.encode_difference(after.numpy(), before.numpy())
         if message is not None:
             self._submit(message)
         return loss

@@ -9,10 +9,12 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder
+from psrv.encoding.codec import copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.spark import strategies
@@ -140,8 +142,9 @@ class SharingTask:
     def step(self, batch: Any, step_start: float) -> None:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
         check_finite(batch, self.part, self.examples)
-        update, loss = self._compute(self.network, batch, self.examples)
-        self._send(update, loss, [batch], step_start)
+        pair = self.sharing is None and _steps_in_pairs(self.network)
+        update, loss = self._compute(self.network, batch, self.examples, pair=pair)
+        self._send(update, loss, [batch], step_start, pair=pair)
 
     def step_round(self, batches: list[Any], step_start: float) -> None:
         """One minibatch per local worker, their steps summed into one update, encoded and sent once."""
@@ -153,21 +156,27 @@ class SharingTask:
         update = self.local.combine([u for u, _ in outcomes])
         self._send(update, [float(loss) for _, loss in outcomes], batches, step_start)
 
-    def _compute(self, network: TrainableNetwork, batch: Any, rows_before: int) -> tuple[Any, float]:
-        """One worker's step on one minibatch (nothing applied); its errors classified."""
+    def _compute(self, network: TrainableNetwork, batch: Any, rows_before: int,
+                 pair: bool = False) -> tuple[Any, float]:
+        """One worker's step on one minibatch (nothing applied); its errors classified. With ``pair``
+        the step comes back as (after, before), for the encoder's one-pass sum, scan and encode."""
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
+        if pair:
+            compute = partial(network.compute_update_pair, load=_load_on_host)
         try:
-            return compute(batch.features, batch.labels, batch.labels_mask,
-                           **step_arguments(compute, features_mask_of(batch)))
+            *update, loss = compute(batch.features, batch.labels, batch.labels_mask,
+                                    **step_arguments(compute, features_mask_of(batch)))
         except Exception as exc:  # noqa: BLE001 - classified: psrv's, a NaN loss, or the user's code
             raised = step_error(exc, self.part, rows_before, batch.num_examples)
             if raised is exc:
                 raise
             raise raised from exc
+        return (tuple(update) if pair else update[0]), loss
 
-    def _send(self, update: Any, losses: Any, batches: list[Any], step_start: float) -> None:
+    def _send(self, update: Any, losses: Any, batches: list[Any], step_start: float,
+              pair: bool = False) -> None:
         """Encode, apply locally and submit one update (of one minibatch, or one per local worker);
-        ``losses`` is the step's loss, or each local worker's."""
+        ``losses`` is the step's loss, or each local worker's; ``update`` is (after, before) with ``pair``."""
         network, events = self.network, self.events
         examples = sum(int(b.num_examples) for b in batches)
         if isinstance(losses, list):  # the round's loss: each worker's, weighted by its rows
@@ -176,7 +185,7 @@ class SharingTask:
         else:
             loss, loss_sum = losses, float(losses) * examples
         encode_start = events.now()
-        message = self.encoder.encode_update(update)
+        message = self.encoder.encode_difference(*update) if pair else self.encoder.encode_update(update)
         encode_end = events.now()
         sent = self._submit(message) if message is not None else 0
         stats = self.encoder.last_stats
@@ -262,6 +271,21 @@ class SharingTrainer:
         task = SharingTask(self.setup.value, self.device_sharing)
         task.train(batches, self.on_step)
         yield task.result()
+
+
+def _steps_in_pairs(network: Any) -> bool:
+    """Whether the network gives its step on the host as (after, before) by the same code as its
+    ``compute_update`` (a subclass that overrides ``compute_update`` keeps its own)."""
+    def owner(name: str) -> Any:
+        return next((k for k in type(network).__mro__ if name in vars(k)), None)
+
+    return (getattr(network, "on_host", False) is True and owner("compute_update_pair") is not None
+            and owner("compute_update_pair") is owner("compute_update"))
+
+
+def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
+    """The live parameters into the step's snapshot and step buffer, one read for both."""
+    copy_to_both(live.numpy(), snapshot.numpy(), step_buffer.numpy())
 
 
 __all__ = ["SharingTask", "SharingTrainer", "StepCallback"]

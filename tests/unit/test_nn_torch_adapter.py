@@ -156,3 +156,33 @@ def test_pickle_keeps_params_backed_by_the_flat_buffer() -> None:
     twin.params[:] = 0
     assert all(torch.all(p == 0) for p in twin.module.parameters())
     assert np.any(net.params != 0)
+
+
+def test_the_step_as_a_pair_encodes_as_the_step_itself() -> None:
+    """The Spark task's host path (the step as (after, before), summed, scanned and encoded in one pass)
+    against compute_update + encode_update: the same messages, residual and parameters, bit for bit."""
+    from psrv.encoding import AdaptiveThreshold, ResidualEncoder, decode
+    from psrv.spark.task.sharing import _load_on_host
+
+    runs = []
+    for paired in (True, False):
+        net = _mlp(optimizer=lambda params: torch.optim.Adam(params, lr=1e-2))
+        encoder = ResidualEncoder(net.num_params, threshold_algorithm=AdaptiveThreshold(3e-3, decay=0.5))
+        sent = []
+        for step in range(30):
+            x, y = _batch(seed=step)
+            if paired:
+                after, before, _ = net.compute_update_pair(x, y, load=_load_on_host)
+                message = encoder.encode_difference(after, before)
+            else:
+                message = encoder.encode_update(net.compute_update(x, y)[0])
+            if message is not None:
+                decode(message, net.params)
+                sent.append(message)
+        runs.append((sent, encoder.residual, net.params.copy(), net.iteration))
+    (sent1, residual1, params1, it1), (sent2, residual2, params2, it2) = runs
+    assert len(sent1) == len(sent2) > 5 and it1 == it2 == 30
+    for a, b in zip(sent1, sent2, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(residual1.view(np.uint32), residual2.view(np.uint32))
+    np.testing.assert_array_equal(params1.view(np.uint32), params2.view(np.uint32))

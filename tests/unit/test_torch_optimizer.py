@@ -13,7 +13,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from psrv.encoding import FixedThreshold, NoResidualPostProcessor, ResidualEncoder, decode  # noqa: E402
+from psrv.encoding import (  # noqa: E402
+    AdaptiveThreshold,
+    FixedThreshold,
+    NoResidualPostProcessor,
+    ResidualEncoder,
+    decode,
+)
 from psrv.torch import DistributedOptimizer, LauncherRequiredError, SharingConfigError  # noqa: E402
 
 GRID = 2.0**-12  # params on this grid, updates of +-2^-10: every float32 sum is exact in any order
@@ -56,8 +62,9 @@ def test_updates_decoded_during_steps_are_never_lost() -> None:
     live[...] = np.round(live / GRID) * GRID
     start = live.astype(np.float64)
     own: list[np.ndarray] = []
-    encode = opt.encoder.encode_update
+    encode, encode_difference = opt.encoder.encode_update, opt.encoder.encode_difference
     opt.encoder.encode_update = lambda update: own.append(encode(update)) or own[-1]
+    opt.encoder.encode_difference = lambda *pair: own.append(encode_difference(*pair)) or own[-1]
     messages = _messages(opt.num_params, 300)
     done = threading.Event()
 
@@ -212,3 +219,33 @@ def test_device_encoding_gives_the_host_encodings_replica() -> None:
     assert host_messages == dev_messages == 5
     np.testing.assert_array_equal(dev_params.numpy(), host_params.numpy())
     np.testing.assert_array_equal(dev_residual, host_residual)
+
+
+def test_the_one_pass_step_equals_the_passes_apart() -> None:
+    """The host step (one-pass load, one-pass residual sum + encoding) against the same optimizer taking
+    the difference as a tensor and encoding it apart: the same messages, residual and parameters, bit
+    for bit, over steps that go from dense bitmaps to sparse messages."""
+    runs = []
+    for fused in (True, False):
+        model = _model()
+        opt = DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2), model, join=False,
+                                   threshold_algorithm=AdaptiveThreshold(3e-3, max_sparsity=0.05, decay=0.5))
+        if not fused:
+            encode = opt.encoder.encode_update
+            opt.encoder.encode_difference = lambda after, before, encode=encode: encode(
+                (torch.from_numpy(after) - torch.from_numpy(before)).numpy())
+        sent = []
+        submit = opt._submit
+        opt._submit = lambda message, submit=submit, sent=sent: sent.append(message.copy()) or submit(message)
+        for step in range(40):
+            opt.zero_grad()
+            _loss(model, step).backward()
+            opt.step()
+        runs.append((sent, opt.encoder.residual.copy(), opt.flat_params.detach().numpy().copy()))
+    (sent1, residual1, params1), (sent2, residual2, params2) = runs
+    assert len(sent1) == len(sent2) > 0
+    assert any(m[3] == 1 for m in sent1) and any(m[3] == 0 for m in sent1)  # bitmaps and sparse ones
+    for a, b in zip(sent1, sent2, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(residual1.view(np.uint32), residual2.view(np.uint32))
+    np.testing.assert_array_equal(params1.view(np.uint32), params2.view(np.uint32))
