@@ -9,9 +9,10 @@ Two measurements, in one run:
    waits a fixed step time t (``time.sleep``: compute that does not compete for these cores, as a
    GPU's or another machine's), trained by gradient sharing for --epochs epochs of --steps steps in all
    (each worker takes steps / W); the median time of a later epoch (the first pays the export and the
-   controller's start) against the same steps trained in one process (the same module, one epoch:
-   ``TorchNetwork.fit``). The speed-up is one process / Spark; the threshold is the step time where it
-   crosses 1 (interpolated between the two step times around it).
+   controller's start) against the same steps trained in one process (the same module, one thread, a
+   second epoch of ``TorchNetwork.fit`` after a first one that warms it up). The speed-up is one
+   process / Spark; the threshold is the step time where it crosses 1 (interpolated between the two
+   step times around it).
 
     .venv/bin/python scripts/bench_spark_overhead.py                       # the sharing cost only
     .venv/bin/python scripts/bench_spark_overhead.py --spark --step-ms 0,2,5,10,20,50
@@ -91,11 +92,13 @@ def _network(step_s: float, seed: int) -> Any:
 
 
 def crossover(args: argparse.Namespace) -> list[dict[str, float]]:
+    import torch
     from bench_spark import spark_session
     from psrv.encoding import AdaptiveThreshold
     from psrv.nn.data import DataSet
     from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
 
+    torch.set_num_threads(1)  # as each task runs (PySpark's OMP_NUM_THREADS = spark.task.cpus = 1)
     rows = args.steps * args.batch_size
     rng = np.random.default_rng(1)
     data = DataSet.from_class_indices(rng.standard_normal((rows, 64)).astype(np.float32),
@@ -109,7 +112,7 @@ def crossover(args: argparse.Namespace) -> list[dict[str, float]]:
         for step_ms in args.step_ms:
             step_s = step_ms / 1000.0
             say(f"step {step_ms} ms: Spark ...")
-            master = SharedTrainingMaster(VoidConfiguration(unicast_port=0),
+            master = SharedTrainingMaster(VoidConfiguration(unicast_port=0, join_timeout_ms=120_000),
                                           batch_size_per_worker=args.batch_size, num_workers=args.workers,
                                           threshold_algorithm=AdaptiveThreshold(1e-3), progress=False)
             spark_net = SparkNetwork(sc, _network(step_s, 0), master)
@@ -118,6 +121,7 @@ def crossover(args: argparse.Namespace) -> list[dict[str, float]]:
             spark_net.close()
             say(f"step {step_ms} ms: one process ...")
             local = _network(step_s, 0)
+            local.fit(data, epochs=1, batch_size=args.batch_size)  # warm-up, as Spark's first epoch
             started = time.perf_counter()
             local.fit(data, epochs=1, batch_size=args.batch_size)
             one = time.perf_counter() - started
