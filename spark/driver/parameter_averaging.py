@@ -52,12 +52,12 @@ class ParameterAveragingTrainingMaster:
         worker_prefetch_num_batches: int = 2,
         rdd_training_approach: str = "export",
         export_directory: str | None = None,
-        storage_level: Any = DEFAULT_STORAGE_LEVEL,
         repartition: str = "always",
         repartition_strategy: str = "balanced",
         aggregation_depth: int = 2,
         collect_training_stats: bool = False,
         loggers: Any = None,
+        storage_level: Any = DEFAULT_STORAGE_LEVEL,
     ) -> None:
         self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
         self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")

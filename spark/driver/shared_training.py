@@ -88,13 +88,13 @@ class SharedTrainingMaster:
         worker_prefetch_num_batches: int = 2,
         rdd_training_approach: str = "export",
         export_directory: str | None = None,
-        storage_level: Any = DEFAULT_STORAGE_LEVEL,
         repartition: str = "always",
         encoding_debug_mode: bool = False,
         collect_training_stats: bool = False,
         check_replicas: bool = True,
         loggers: Any = None,
         progress: bool = True,
+        storage_level: Any = DEFAULT_STORAGE_LEVEL,
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
