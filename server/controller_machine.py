@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from psrv.server.announce import JoinGate, MeshAnnouncer
+from psrv.server.clock_offset import ClockEchoes
 from psrv.server.controller_records import NodeRecord, stats_view, status_view
 from psrv.server.dedup import SeenUpdates
 from psrv.server.departed import DepartedMembers
@@ -105,6 +106,7 @@ class ControllerMachine:
         self.session = session
         self.counters = self.master.counters
         self.wall_clock = self.master.wall_clock
+        self._clocks = ClockEchoes(wall_clock)  # round trips for each member's clock offset
         self.address = address
         self.log = log or logging.getLogger("psrv.transport.controller")
         self._limited = RateLimitedLog(self.log, config.log_interval_s, clock=lambda: self._now)
@@ -365,6 +367,7 @@ class ControllerMachine:
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:
         self._member(msg, rid, now)
         self._records[msg.src].stats = dict(msg["stats"])
+        self._clocks.heard(msg.src, msg["stats"])
 
     def _on_leave(self, msg: Message, rid: bytes, now: float) -> None:
         if msg.src in self._records and self._identity.get(msg.src) == rid:
@@ -445,7 +448,7 @@ class ControllerMachine:
 
     def _send_beats(self) -> None:
         self._out.extend(controller_beats(self.member_ids(), self._identity, self.mesh.version,
-                                          self.master.seen.watermark()))
+                                          self.master.seen.watermark(), self._clocks.echoes()))
 
     def _prune_departed(self, now: float) -> None:
         """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``

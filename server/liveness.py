@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from psrv.server.clock_offset import CLOCK_ECHO
 from psrv.server.mesh import CONTROLLER_ID
 from psrv.transport.events import Reply, Send
 from psrv.transport.messages import Message, Op
@@ -171,21 +172,27 @@ class FreezeGuard:
 
 
 def controller_beats(
-    member_ids: list[int], routing: dict[int, bytes], mesh_version: int, watermark: dict[int, int]
+    member_ids: list[int], routing: dict[int, bytes], mesh_version: int, watermark: dict[int, int],
+    clock_echoes: dict[int, list[float]] | None = None,
 ) -> list[Reply | Send]:
     """The controller's two beats per member. The liveness beat travels on its own path: back through
     the ROUTER on the connection the member joined from (``routing``; it carries only replies), never
     behind the relayed updates and download pieces queued on the controller's connection to it. The
     beat with the watermarks stays on that data connection, in order with the relayed updates: a
     node compares its own watermarks with it ("am I behind?"), and a watermark that overtook the
-    updates it counts would make a node on a slow pipe re-sync for nothing."""
+    updates it counts would make a node on a slow pipe re-sync for nothing. A liveness beat carries
+    the member's clock echo, when there is one (psrv.server.clock_offset): the unqueued path keeps
+    its round trip short."""
     fields = {"mesh_version": mesh_version, "stats": {}}
     alive = Message(Op.HEARTBEAT, {**fields, "watermark": {}}, src=CONTROLLER_ID)
     beat = Message(Op.HEARTBEAT, {**fields, "watermark": watermark}, src=CONTROLLER_ID)
+    echoes = clock_echoes or {}
     out: list[Reply | Send] = []
     for node_id in member_ids:
         identity = routing.get(node_id)
         if identity is not None:
-            out.append(Reply(identity, alive))
+            echo = echoes.get(node_id)
+            out.append(Reply(identity, alive if echo is None else Message(
+                Op.HEARTBEAT, {**fields, "stats": {CLOCK_ECHO: echo}, "watermark": {}}, src=CONTROLLER_ID)))
         out.append(Send(node_id, beat))
     return out

@@ -86,6 +86,7 @@ class Node:
         want_updater_state: bool = False,
         installed: Callable[[np.ndarray], None] | None = None,
         apply_many: ApplyManyHook | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.params = check_params(params)
@@ -99,6 +100,7 @@ class Node:
         self.machine = NodeMachine(
             config, self.params, controller_address, random_bytes=os.urandom,
             params_outside=apply is not None, want_updater_state=want_updater_state, counters=self.counters_,
+            wall_clock=wall_clock,  # its offset from the controller's clock is estimated from the beats
         )
         self._outside = None if apply is None else OutsideParams(
             apply, self.counters_, self.machine.view.log, apply_many=apply_many, installed=installed)

@@ -25,8 +25,9 @@ optional: ``params_outside=True`` (the live parameters are elsewhere, e.g. on a 
 records each apply: received and replayed updates leave as ``Apply`` actions and each download as
 ``Install(params)``, carried out by the driver under its lock before the handle's other actions;
 ``params`` is then only the download target), ``want_updater_state``, ``counters`` (shared with the
-driver). The machine holds no lock and is entered by one thread at a time: the facade
-(server/node.py) holds its lock around every ``handle``, so ``params`` and the replay ring never
+driver), ``wall_clock`` (read to stamp beats for the clock offset, psrv.server.clock_offset). The
+machine holds no lock and is entered by one thread at a time: the facade (server/node.py) holds its
+lock around every ``handle``, so ``params`` and the replay ring never
 change under a caller that holds it. Besides the loop's actions it returns ``ReleaseSlots(n)``
 (submit-queue slots to give back; the slots of an own update sent to peers are given back by its
 ``Send.token`` once the frames reached every target socket, bound by the facade) and ``Notify(what)``
@@ -120,12 +121,13 @@ class NodeMachine:
         params_outside: bool = False,
         want_updater_state: bool = False,
         counters: Counters | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         self.counters_ = counters if counters is not None else Counters()
         self.view = view = NodeView(config, params, controller_address, self.counters_)
         self.updates = UpdatePath(view, params_outside)
         self.sync = SyncPath(view, self.updates, want_updater_state)
-        self.timers = Timers(view, random_bytes)
+        self.timers = Timers(view, random_bytes, wall_clock)  # wall_clock: for the clock offset
         self.repairs = BeatRepairs(view, self.updates, self.sync)
         self.ids_held: list[int] = []  # every id the controller gave this node (a rejoin gets a new one)
         self.restart = False  # the controller knew this node's name from an earlier join
@@ -385,7 +387,7 @@ class NodeMachine:
         if self.view.state is NodeState.JOINING:
             return
         if routing_id is None:  # the controller's liveness beat, on our own connection: a sign of life only
-            self.timers.liveness_beat(self.view.now)
+            self.timers.liveness_beat(self.view.now, msg["stats"])
             return
         self.repairs.on_watermarks(msg)
 

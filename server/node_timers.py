@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from psrv.server.clock_offset import CLOCK_ECHO, CLOCK_SENT, OffsetEstimator
 from psrv.server.identity import SESSION_BYTES
 from psrv.server.liveness import BeatTimer, FreezeGuard, PeerWatch
 from psrv.server.mesh import CONTROLLER_ID
@@ -34,9 +35,12 @@ BACKOFF_MAX_S = 2.0
 class Timers:
     """What happens as time passes; see the module docstring."""
 
-    def __init__(self, view: NodeView, random_bytes: Callable[[int], bytes]) -> None:
+    def __init__(self, view: NodeView, random_bytes: Callable[[int], bytes],
+                 wall_clock: Callable[[], float] | None = None) -> None:
         self.view = view
         self._random = random_bytes
+        self._wall_clock = wall_clock  # stamps for the clock offset (none: not estimated)
+        self.clock = OffsetEstimator()
         heartbeat_s = view.config.heartbeat_s
         self._beat = BeatTimer(heartbeat_s)
         self._freeze = FreezeGuard(heartbeat_s)
@@ -136,13 +140,20 @@ class Timers:
         """Rejoin attempts for the lost controller started at ``now`` (the deadline counts from it)."""
         self._lost_since = now
 
-    def liveness_beat(self, now: float) -> None:
-        """The controller's liveness beat: note the longest silence between two of them."""
+    def liveness_beat(self, now: float, stats: dict[str, Any] | None = None) -> None:
+        """The controller's liveness beat: note the longest silence between two of them, and the
+        round trip its clock echo closes (the offset estimate goes out as gauges, in our beats)."""
+        gauges = self.view.counters.gauges
         if self._last_ctrl_beat is not None:
             gap = (now - self._last_ctrl_beat) * 1000.0
-            if gap > self.view.counters.gauges.get("beat_gap_max_ms", 0.0):
-                self.view.counters.gauges["beat_gap_max_ms"] = round(gap, 2)
+            if gap > gauges.get("beat_gap_max_ms", 0.0):
+                gauges["beat_gap_max_ms"] = round(gap, 2)
         self._last_ctrl_beat = now
+        echo = (stats or {}).get(CLOCK_ECHO)
+        if echo is not None and self._wall_clock is not None and self.clock.add(echo, self._wall_clock()):
+            best = self.clock.best()
+            assert best is not None  # a sample was just added
+            gauges["clock_offset_s"], gauges["clock_error_s"] = best.offset_s, best.error_s
 
     # ------------------------------------------------------------------ our own beats
     def beat(self, now: float) -> None:
@@ -158,6 +169,8 @@ class Timers:
         stats["rejected_total"] = counters.rejected_total()
         stats["state"] = str(view.state)
         stats.update(counters.gauges)  # e.g. mesh_version, and whatever the embedding process reports
+        if self._wall_clock is not None:
+            stats[CLOCK_SENT] = self._wall_clock()  # the controller echoes it (clock offset)
         if view.config.status_stats and view.params.size <= view.config.checksum_max_params:
             stats.update(params_checksum(view.params))
         version = view.mesh.version if view.mesh is not None else 0

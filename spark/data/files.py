@@ -149,13 +149,24 @@ def list_local_paths(directory: str, *, suffix: str | None = None, recursive: bo
 
 
 def list_paths(
-    spark_context: SparkContext | None, directory: str, *, suffix: str | None = None, recursive: bool = True
-) -> list[str]:
+    spark_context: SparkContext | None, directory: str, *, suffix: str | None = None, recursive: bool = True,
+    as_rdd: bool = False, num_slices: int | None = None,
+) -> list[str] | RDD:
     """Sorted file paths under ``directory`` on any storage-layer file system, in the form the caller
-    used (a plain local directory lists plain paths, a URI lists URIs). ``spark_context`` is optional."""
+    used (a plain local directory lists plain paths, a URI lists URIs). ``spark_context`` is optional,
+    except with ``as_rdd=True``: the paths then come as an RDD (``num_slices`` partitions, default
+    Spark's default parallelism, never more than the paths), ready for ``fit_paths``."""
+    if as_rdd and spark_context is None:
+        raise SparkInputError("list_paths(as_rdd=True) needs a SparkContext: pass it as the first argument")
     if spark_context is not None:
         storage.use_hadoop_configuration(spark_context)
-    return list_local_paths(directory, suffix=suffix, recursive=recursive)
+    paths = list_local_paths(directory, suffix=suffix, recursive=recursive)
+    if not as_rdd:
+        return paths
+    slices = num_slices if num_slices is not None else int(spark_context.defaultParallelism)
+    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+        raise SparkInputError(f"list_paths: num_slices must be a positive int, got {num_slices!r}")
+    return spark_context.parallelize(paths, max(1, min(slices, len(paths))))
 
 
 def _decode_file(item: tuple[str, bytes]) -> DataSet | MultiDataSet:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.export import exported_minibatches
+from psrv.spark.data.storage_level import kept
 from psrv.spark.driver import checkpoints, runs
 from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.partitioning import repartition_rdd
@@ -115,8 +116,16 @@ def _stop_requested(callback: Any, epoch: int, metrics: dict[str, float]) -> boo
     return bool(hook(epoch, dict(metrics)))
 
 
+@dataclass(frozen=True)
+class MinibatchFiles:
+    """Minibatch files already exported (``fit`` from a directory): trained from as they are."""
+
+    paths: list[str]
+
+
 @contextmanager
-def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: TrainableNetwork, rdd: RDD,
+def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: TrainableNetwork,
+                  rdd: RDD | MinibatchFiles,
                   element_counts: list[int] | None = None) -> Iterator[Callable[[], None]]:
     """A function that trains one epoch on data prepared once for the whole call.
 
@@ -125,8 +134,13 @@ def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: 
     ``element_counts`` (elements per partition of ``rdd``, from the driver's checks) spares the balanced
     repartitioning its counting job.
     """
-    workers = int(master.workers(spark_context))
     scope = master.controller_for_call(spark_context, network)
+    if isinstance(rdd, MinibatchFiles):  # already exported: each epoch deals the files out
+        with scope:
+            yield lambda: master.train_epoch_on_paths(spark_context, network, list(rdd.paths),
+                                                      FileDataSetLoader())
+        return
+    workers = int(master.workers(spark_context))
     data = repartition_rdd(rdd, workers, master.repartition, master.repartition_strategy, element_counts)
     if master.rdd_training_approach == "export":
         started = time.time()
@@ -140,14 +154,8 @@ def prepared_data(spark_context: SparkContext, master: TrainingMaster, network: 
                 yield lambda: master.train_epoch_on_paths(spark_context, network, list(paths),
                                                           FileDataSetLoader())
         return
-    already_cached = bool(data.is_cached)  # the user's own cache (data not repartitioned) stays
-    cached = data.cache()
-    try:
-        with scope:
-            yield lambda: master.train_epoch_on_partitions(spark_context, network, cached)
-    finally:
-        if not already_cached:
-            cached.unpersist()
+    with kept(data, master.storage_level) as data, scope:
+        yield lambda: master.train_epoch_on_partitions(spark_context, network, data)
 
 
 @dataclass
@@ -157,7 +165,7 @@ class EpochRecord:
     seconds: float
 
 
-def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any = None,
+def run_epochs(spark_network: Any, rdd: RDD | MinibatchFiles, epochs: int, validation_data: Any = None,
                callbacks: Sequence[Any] = (), checkpoint_dir: str | None = None,
                resume: bool = False, element_counts: list[int] | None = None,
                run_id: str | None = None) -> list[EpochRecord]:
@@ -215,4 +223,5 @@ def run_epochs(spark_network: Any, rdd: RDD, epochs: int, validation_data: Any =
     return history
 
 
-__all__ = ["Callback", "EarlyStopping", "EpochRecord", "prepared_data", "run_epochs", "validation_metrics"]
+__all__ = ["Callback", "EarlyStopping", "EpochRecord", "MinibatchFiles", "prepared_data", "run_epochs",
+           "validation_metrics"]

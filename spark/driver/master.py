@@ -26,6 +26,7 @@ class TrainingMaster(Protocol):
     batch_size_per_worker: int
     rdd_training_approach: str  # "export" (minibatch files written once) or "direct" (cached in memory)
     export_directory: str | None
+    storage_level: Any  # "direct": how fit(epochs=N) keeps the data between epochs (None: not cached)
     repartition: str
     repartition_strategy: str
     threshold_algorithm: Any  # a psrv.encoding threshold algorithm (checkpointed), None when not encoding

@@ -11,17 +11,18 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from psrv.nn.data import FileDataSetLoader
+from psrv.nn.data import DATA_FILE_SUFFIX, FileDataSetLoader
 from psrv.nn.evaluation import ROC, Evaluation, RegressionEvaluation, ROCMultiClass
 from psrv.nn.network import Network as LayerNetwork
 from psrv.nn.protocol import TrainableNetwork
 from psrv.nn.torch_adapter import TorchNetwork
 from psrv.spark.data.batching import check_batch_size
+from psrv.spark.data.files import list_paths
 from psrv.spark.data.inputs import classes_of, dataframe_to_datasets, is_dataframe
 from psrv.spark.data.inputs_multi import dataframe_to_multidatasets, is_multi_columns
 from psrv.spark.driver import evaluation as distributed
 from psrv.spark.driver import preflight, shipping
-from psrv.spark.driver.epochs import run_epochs
+from psrv.spark.driver.epochs import MinibatchFiles, run_epochs
 from psrv.spark.driver.job_errors import worker_errors
 from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.partitioning import needs_repartition
@@ -100,7 +101,9 @@ class SparkNetwork:
     def fit(self, data: Any, epochs: int = 1, validation_data: Any = None, callbacks: Sequence[Any] = (),
             checkpoint_dir: str | None = None, resume: bool = False, *, run_id: str | None = None,
             loggers: Any = None, progress: bool | None = None) -> Any:
-        """Train on an RDD of DataSets (or a DataFrame with feature and label columns); returns the network.
+        """Train on an RDD of DataSets, a DataFrame with feature and label columns, or the URI of a
+        directory of exported minibatch files (any storage-layer URI: a local path, ``file://``,
+        ``s3a://``, ``hdfs://`` ...; what ``batch_and_export`` writes); returns the network.
 
         One call trains ``epochs`` epochs on data exported (or cached) once. After each epoch the driver's
         network (the master copy) is evaluated on ``validation_data`` (``val_accuracy``, ``val_f1`` ... or
@@ -117,6 +120,13 @@ class SparkNetwork:
         """
         master = self._master()
         shipping.check_network(self.network, self.spark_context)  # before anything touches the data
+        if isinstance(data, str):  # a directory of exported minibatches
+            files = self._minibatch_files(data)
+            preflight.check_environment(self.spark_context)
+            with watching(master, loggers, progress), worker_errors("fit"):
+                self.history = run_epochs(self, files, epochs, validation_data, callbacks, checkpoint_dir,
+                                          resume, run_id=run_id)
+            return self.network
         rdd = self._as_rdd(data)
         preflight.check_environment(self.spark_context)  # the first job: the executors can run psrv
         profile = self._check_before_training(rdd)
@@ -143,6 +153,15 @@ class SparkNetwork:
         with watching(master, loggers, progress), worker_errors("fit_paths"):
             master.execute_training_paths(self.spark_context, self.network, paths_rdd, loader)
         return self.network
+
+    def _minibatch_files(self, directory: str) -> MinibatchFiles:
+        """The exported minibatch files under ``directory``, listed on the driver (none: an error)."""
+        paths = list_paths(self.spark_context, directory, suffix=DATA_FILE_SUFFIX)
+        if not paths:
+            raise SparkInputError(
+                f"fit: no minibatch files (*{DATA_FILE_SUFFIX}) under {directory!r}; write them with "
+                "psrv.spark.data.batch_and_export or export_datasets, or pass an RDD or a DataFrame")
+        return MinibatchFiles(paths)
 
     def _check_before_training(self, rdd: RDD) -> preflight.DataProfile | None:
         """What would fail on the executors (given the data), said on the driver before the training job;

@@ -20,6 +20,7 @@ from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
+from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level, kept
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, parse_strategy
 from psrv.spark.errors import SparkInputError
@@ -56,6 +57,7 @@ class ParameterAveragingTrainingMaster:
         aggregation_depth: int = 2,
         collect_training_stats: bool = False,
         loggers: Any = None,
+        storage_level: Any = DEFAULT_STORAGE_LEVEL,
     ) -> None:
         self.batch_size_per_worker = check_batch_size(batch_size_per_worker, "batch_size_per_worker")
         self.averaging_frequency = check_batch_size(averaging_frequency, "averaging_frequency")
@@ -63,6 +65,7 @@ class ParameterAveragingTrainingMaster:
         self.worker_prefetch_num_batches = check_prefetch_num_batches(worker_prefetch_num_batches)
         self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
+        self.storage_level = check_storage_level(storage_level)  # "direct": how minibatches are kept
         self.repartition = parse_repartition(repartition)
         self.repartition_strategy = parse_strategy(repartition_strategy)
         self.aggregation_depth = check_batch_size(aggregation_depth, "aggregation_depth")
@@ -151,8 +154,8 @@ class ParameterAveragingTrainingMaster:
         """Re-batch in memory, deal the minibatches to (round, worker) partitions with one shuffle per
         epoch, then run each round as a job over just that round's partitions."""
         batch_size = self.batch_size_per_worker
-        minibatches = data.mapPartitions(lambda items: rebatch(items, batch_size)).cache()
-        try:
+        rebatched = data.mapPartitions(lambda items: rebatch(items, batch_size))
+        with kept(rebatched, self.storage_level) as minibatches:
             count = minibatches.count()
             if count == 0:
                 raise SparkInputError("fit: the data holds no minibatch (empty RDD)")
@@ -179,8 +182,6 @@ class ParameterAveragingTrainingMaster:
                     self._round(spark_context, network, dealt, None, number, partitions=partitions)
             finally:
                 slot_of.unpersist()
-        finally:
-            minibatches.unpersist()
 
     def _round(self, spark_context: SparkContext, network: TrainableNetwork, share: RDD, loader: Any | None,
                number: int, partitions: list[int] | None = None) -> None:

@@ -30,6 +30,7 @@ from psrv.spark import strategies
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
+from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level
 from psrv.spark.driver import shipping
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
@@ -45,6 +46,7 @@ from psrv.spark.errors import (
 )
 from psrv.spark.observe.metrics import check_loggers, publish_shared_fit
 from psrv.spark.observe.progress import LiveProgress, check_progress
+from psrv.spark.observe.stats import on_driver_clock
 from psrv.spark.observe.worker_logs import relay_worker_logs
 from psrv.spark.payload import NetworkPayload, add_buffers, lineage, mean_buffers, set_counters
 from psrv.spark.task.failures import fatal_report
@@ -98,6 +100,7 @@ class SharedTrainingMaster:
         loggers: Any = None,
         progress: bool = True,
         workers_per_node: int = 1,
+        storage_level: Any = DEFAULT_STORAGE_LEVEL,
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
@@ -116,6 +119,7 @@ class SharedTrainingMaster:
         self.worker_prefetch_num_batches = check_prefetch_num_batches(worker_prefetch_num_batches)
         self.rdd_training_approach = check_training_approach(rdd_training_approach)
         self.export_directory = export_directory
+        self.storage_level = check_storage_level(storage_level)  # "direct" over several epochs
         self.repartition = parse_repartition(repartition)
         self.repartition_strategy = "balanced"  # every worker gets as many elements
         self.encoding_debug_mode = bool(encoding_debug_mode)
@@ -370,8 +374,10 @@ class SharedTrainingMaster:
         }
         relay_worker_logs(record for r in results for record in r.logs)
         if self.collect_training_stats:
-            for r in results:
-                self.training_stats.extend(r.events)
+            for r in results:  # each worker's times onto the driver's clock (the controller's)
+                counters = r.counters or {}
+                self.training_stats.extend(on_driver_clock(r.events, counters.get("clock_offset_s"),
+                                                           counters.get("clock_error_s")))
         publish_shared_fit(self.loggers, network, setup.payload.epoch, results, self.last_fit,
                            controller_counters, time.time() - started)
         self.record_driver_event("training_job", started, time.time(), workers=len(results), steps=steps)

@@ -17,15 +17,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psrv.spark import storage
-from psrv.spark.observe.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, normalize_stats
+from psrv.spark.observe.stats import EVENT_KINDS, METRIC_FIELDS, VALIDATION_KIND, clock_notes, normalize_stats
 
-__all__ = ["CLOCK_CAVEAT", "epoch_starts", "export_stats_html", "kind_colour", "kind_label",
+__all__ = ["CLOCK_ALIGNED", "CLOCK_CAVEAT", "epoch_starts", "export_stats_html", "kind_colour", "kind_label",
            "render_stats_html", "worker_summary"]
 
 CLOCK_CAVEAT = (
     "Timestamps are taken from the wall clock (time.time()) of the machine each worker ran on. "
     "Clocks of different machines may disagree by milliseconds to seconds, so the alignment of "
     "events across rows is approximate; within one row, order and durations are exact."
+)
+CLOCK_ALIGNED = (
+    "Each worker's times were moved onto the driver's clock by its offset estimated from the "
+    "heartbeat round trips; the alignment across rows is good to the error shown per worker "
+    "(clock column: offset ±error)."
 )
 
 _KIND_COLOURS = {
@@ -353,7 +358,7 @@ def worker_summary(events: Sequence[Mapping[str, Any]], workers: Sequence[str]) 
     return rows
 
 
-def _worker_table(events: list[dict[str, Any]], workers: list[str]) -> str:
+def _worker_table(events: list[dict[str, Any]], workers: list[str], clocks: dict[str, str]) -> str:
     rows = []
     for row in worker_summary(events, workers):
         rate = f"{row['examples_per_s']:,.1f}" if row["examples_per_s"] is not None else "–"
@@ -364,10 +369,12 @@ def _worker_table(events: list[dict[str, Any]], workers: list[str]) -> str:
             f"<td>{_esc(parts)}</td><td class=\"num\">{row['steps']:,}</td>"
             f"<td class=\"num\">{row['examples']:,}</td><td class=\"num\">{rate}</td>"
             f"<td class=\"num\">{row['bytes_sent']:,}</td><td class=\"num\">{row['waits']:,}</td>"
-            f"<td class=\"num\">{row['wait_s']:.3f}</td><td class=\"num\">{share}</td></tr>"
+            f"<td class=\"num\">{row['wait_s']:.3f}</td><td class=\"num\">{share}</td>"
+            f"<td>{_esc(clocks.get(row['worker'], '–'))}</td></tr>"
         )
     head = ("<tr><th>worker</th><th>partitions</th><th>steps</th><th>examples</th><th>examples/s</th>"
-            "<th>bytes sent</th><th>waits for data</th><th>waiting (s)</th><th>waiting (share)</th></tr>")
+            "<th>bytes sent</th><th>waits for data</th><th>waiting (s)</th><th>waiting (share)</th>"
+            "<th>clock (vs driver)</th></tr>")
     return f'<table class="workers">{head}{"".join(rows)}</table>'
 
 
@@ -394,6 +401,7 @@ def render_stats_html(
     events = [r for r in records if "start" in r]
     workers = sorted({r["worker"] for r in records}, key=lambda w: (w == "driver", w))
     executors = [w for w in workers if w != "driver"]
+    clocks = clock_notes(records)  # workers whose times were moved onto the driver's clock
     kinds = sorted({e["kind"] for e in events}, key=lambda k: (_LAYER.get(k, 2), k))
     if events:
         first = min(e["start"] for e in events)
@@ -425,12 +433,14 @@ def render_stats_html(
         f"<h1>{_esc(title)}: training statistics</h1>",
         f'<p class="headline">{len(executors)} worker(s){driver_text}; {steps:,} steps{epoch_text}; '
         f"{len(events)} event(s); {_esc(span)}. Generated {_esc(_utc(time.time()))}.</p>",
-        f'<p class="caveat"><b>About the timestamps.</b> {_esc(CLOCK_CAVEAT)}</p>',
+        f'<p class="caveat"><b>About the timestamps.</b> {_esc(CLOCK_CAVEAT)}'
+        f'{" " + _esc(CLOCK_ALIGNED) if clocks else ""}</p>',
         "<h2>Timeline (one row per worker; dashed lines: epoch starts)</h2>",
         _legend(kinds),
         _timeline(events, workers),
         "<h2>Per worker</h2>",
-        _worker_table(events, executors) if events and executors else '<p class="empty">No timed events.</p>',
+        _worker_table(events, executors, clocks) if events and executors
+        else '<p class="empty">No timed events.</p>',
         "<h2>Time per activity</h2>",
         _summary(events, workers) if events else '<p class="empty">No timed events.</p>',
         "<h2>Per-step metrics</h2>",

@@ -8,7 +8,8 @@ Event (something a worker spent time on)::
     {"worker": "host:1234",      # required, str: one timeline row per distinct value ("driver" too)
      "kind": "fit",              # required, str: see EVENT_KINDS (other kinds are shown in grey)
      "start": 1700000000.12,     # required, float: seconds since the Unix epoch, time.time() of
-     "end": 1700000000.19,       #   that worker's machine (clocks of two machines may differ)
+     "end": 1700000000.19,       #   that worker's machine, moved onto the driver's clock when its
+                                 #   offset is known (see on_driver_clock)
      # optional, any of:
      "partition": 3, "round": 0, "iteration": 17, "epoch": 0, "examples": 32,
      "loss": 0.41, "threshold": 1e-3, "sparsity": 2.5e-3, "bytes": 4096}
@@ -28,6 +29,10 @@ Validation sample (what the model scored on held-out data, drawn as its own char
 
     {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 0,
      "accuracy": 0.93, "f1": 0.92}
+
+Clock offset (gradient sharing: each worker's offset from the driver's clock, estimated from the
+heartbeat round trips, psrv.server.clock_offset): ``"clock_offset_s"`` (already added to the
+worker's times) and ``"clock_error_s"`` (the bound on its error) on each record of that worker.
 
 Kinds and their meaning:
 
@@ -62,6 +67,8 @@ __all__ = [
     "event",
     "metrics_sample",
     "normalize_stats",
+    "on_driver_clock",
+    "clock_notes",
     "validation_sample",
 ]
 
@@ -164,3 +171,33 @@ def normalize_stats(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> l
         out.append(copy)
     out.sort(key=lambda r: (r.get("start", r.get("time", 0.0)), r["worker"]))
     return out
+
+
+CLOCK_FIELDS = ("clock_offset_s", "clock_error_s")
+
+
+def on_driver_clock(records: Iterable[Mapping[str, Any]], offset_s: Any,
+                    error_s: Any) -> list[dict[str, Any]]:
+    """A worker's records moved onto the driver's clock: ``offset_s`` (driver minus worker, seconds)
+    added to their times, the offset and its error bound noted on each. Without a finite estimate
+    (the worker's node saw no round trip) the records are returned as they are."""
+    plain = [dict(r) for r in records]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+               for v in (offset_s, error_s)):
+        return plain
+    for record in plain:
+        for key in ("start", "end", "time"):
+            if isinstance(record.get(key), int | float):
+                record[key] = float(record[key]) + float(offset_s)
+        record["clock_offset_s"], record["clock_error_s"] = float(offset_s), float(error_s)
+    return plain
+
+
+def clock_notes(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Per worker whose times were moved onto the driver's clock: ``"offset +1.25 ms ±0.40 ms"``."""
+    notes: dict[str, str] = {}
+    for record in records:
+        offset, error = (record.get(k) for k in CLOCK_FIELDS)
+        if isinstance(offset, int | float) and isinstance(error, int | float):
+            notes[str(record["worker"])] = f"offset {offset * 1e3:+.2f} ms ±{error * 1e3:.2f} ms"
+    return notes

@@ -1,6 +1,7 @@
 """The training timeline as Chrome Trace Event JSON, for Perfetto (ui.perfetto.dev) and chrome://tracing.
 
-One process per worker (named host:pid, the driver last), one complete event ("X") per timed
+One process per worker (named host:pid, with "offset ±error" when its times were moved onto the
+driver's clock; the driver last), one complete event ("X") per timed
 record with its fields as ``args``, counters ("C") for the per-step metrics, and a global instant
 event ("i") at each epoch's start. Timestamps are microseconds since the earliest record.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from psrv.spark import storage
 from psrv.spark.observe.report import epoch_starts, kind_label
-from psrv.spark.observe.stats import METRIC_FIELDS, VALIDATION_KIND, normalize_stats
+from psrv.spark.observe.stats import METRIC_FIELDS, VALIDATION_KIND, clock_notes, normalize_stats
 
 __all__ = ["chrome_trace", "export_chrome_trace"]
 
@@ -43,10 +44,12 @@ def chrome_trace(stats: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> dict
     def us(seconds: float) -> float:
         return round((seconds - origin) * 1e6, 3)
 
+    clocks = clock_notes(records)  # "offset ±error" of workers moved onto the driver's clock
     trace: list[dict[str, Any]] = []
     for worker in workers:
+        name = f"{worker} ({clocks[worker]})" if worker in clocks else worker
         trace.append({"ph": "M", "name": "process_name", "pid": pid[worker], "tid": 0,
-                      "args": {"name": worker}})
+                      "args": {"name": name}})
         trace.append({"ph": "M", "name": "process_sort_index", "pid": pid[worker], "tid": 0,
                       "args": {"sort_index": pid[worker]}})
     for record in records:

@@ -66,6 +66,11 @@ def test_s3a_export_train_save_and_reuse(spark_context, digits, s3_bucket: str) 
         net.fit(rdd)
         assert master._exports.stats()["exports_written"] == 1 and master._exports.stats()["reused"] == 1
         net.fit_paths(spark_context.parallelize(paths, 2))
+        # the same objects as an RDD of paths, and fit straight from the s3a:// directory
+        assert sorted(list_paths(spark_context, f"{s3_bucket}/export", as_rdd=True).collect()) == paths
+        epoch = network.epoch
+        net.fit(f"{s3_bucket}/export")
+        assert network.epoch == epoch + 1
         evaluation = net.evaluate(spark_context.parallelize([test], 2))
         net.save_evaluations([evaluation], f"{s3_bucket}/results/eval.json")
         assert net.load_evaluations(f"{s3_bucket}/results/eval.json")[0].accuracy() == evaluation.accuracy()
