@@ -360,8 +360,9 @@ class ControllerMachine:
         self._serve_params(msg)
 
     def _serve_params(self, msg: Message) -> None:
-        self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids(),
-                                                          self._departed_members.given_up_view()))
+        names = self._ids.names_by_id  # the ids its process may have held before: of its name, or unnamed
+        given_up = self._departed_members.given_up_view(lambda i: names.get(i) in (names.get(msg.src), None))
+        self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids(), given_up))
 
     # ------------------------------------------------------------------ other messages
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:

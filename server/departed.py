@@ -49,9 +49,19 @@ class DepartedMembers:
             kept = sorted(set(self.given_up.get(node_id, ())) | set(seqs))
             self.given_up[node_id] = kept[:GIVEN_UP_MAX]
 
-    def given_up_view(self) -> dict[int, list[int]]:
-        """Per retiring member with any: the seqs given up (for a parameter download)."""
-        return {node_id: list(seqs) for node_id, seqs in self.given_up.items()}
+    def given_up_view(self, which: Callable[[int], bool]) -> dict[int, list[int]]:
+        """Per retiring member ``which`` accepts (the ids the asking process may have held): the seqs
+        given up, newest departures first, at most ``GIVEN_UP_MAX`` in all (a parameter reply stays small)."""
+        view: dict[int, list[int]] = {}
+        room = GIVEN_UP_MAX
+        for node_id in reversed(self.given_up):
+            seqs = self.given_up[node_id]
+            if room <= 0:
+                break
+            if which(node_id):
+                view[node_id] = seqs[:room]
+                room -= len(view[node_id])
+        return view
 
     def reopened(self, origins: Iterable[int]) -> list[int]:
         """Those of ``origins`` whose gaps were given up already (a late update re-sent by a member)."""

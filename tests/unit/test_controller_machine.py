@@ -390,3 +390,20 @@ def test_a_process_joining_again_keeps_its_former_id_counted_for_its_re_sends() 
     m.handle(Received(update(2, 1, 1), rid_of(2)), 8.0)
     m.handle(Received(update(2, 1, 1), rid_of(2)), 8.1)  # twice: applied once
     assert m.counters["updates_applied"] == 1 and m.seen.watermark()[1] == 1
+
+
+def test_given_up_seqs_are_kept_per_departed_id_told_to_its_process_only_and_bounded() -> None:
+    from psrv.server.departed import GIVEN_UP_MAX, DepartedMembers
+
+    d = DepartedMembers()
+    d.add(1, 0.0)
+    d.add(2, 1.0)
+    d.gave_up(1, [4, 2])
+    d.gave_up(1, [2, 9])  # given up again after a late re-send: merged, sorted
+    d.gave_up(2, list(range(1, GIVEN_UP_MAX + 10)))
+    d.gave_up(7, [1])  # not retiring: nothing kept
+    assert d.given_up[1] == [2, 4, 9] and len(d.given_up[2]) == GIVEN_UP_MAX and 7 not in d.given_up
+    assert d.given_up_view(lambda i: i == 1) == {1: [2, 4, 9]}
+    both = d.given_up_view(lambda i: True)  # newest departure first, GIVEN_UP_MAX seqs in all
+    assert list(both) == [2] and len(both[2]) == GIVEN_UP_MAX
+    assert d.expired(100.0, 30.0) == [1, 2] and d.given_up == {}
