@@ -312,6 +312,7 @@ class ControllerMachine:
         """Give a departed member's gaps up: beats (contiguous marks) then cover all of it the master holds
         and a node lacking one sees it is behind. Again after a late one a member re-sent: in MESH mode its
         relay stops at the first node holding it already, and the nodes below learn of it this way."""
+        self._departed_members.gave_up(origin, self.master.seen.gaps(origin))
         gaps = self.master.seen.close(origin)
         if gaps:
             self.counters.add("departed_gaps_closed", gaps)
@@ -361,7 +362,9 @@ class ControllerMachine:
         self._serve_params(msg)
 
     def _serve_params(self, msg: Message) -> None:
-        self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids()))
+        names = self._ids.names_by_id  # the ids its process may have held before: of its name, or unnamed
+        given_up = self._departed_members.given_up_view(lambda i: names.get(i) in (names.get(msg.src), None))
+        self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids(), given_up))
 
     # ------------------------------------------------------------------ other messages
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:

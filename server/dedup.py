@@ -113,6 +113,20 @@ class SeenUpdates:
         state = self._origins.get(origin)
         return state is not None and seq > state.top + self.window
 
+    def gaps(self, origin: int, limit: int = 65536) -> list[int]:
+        """The seqs of ``origin`` between its watermark and its highest seq that were never seen (at
+        most ``limit``, lowest first): what ``close`` would give up."""
+        state = self._origins.get(origin)
+        if state is None or not state.above:
+            return []
+        out = []
+        for seq in range(state.mark + 1, state.top):
+            if seq not in state.above:
+                out.append(seq)
+                if len(out) >= limit:
+                    break
+        return out
+
     def close(self, origin: int) -> int:
         """Give up on an origin's gaps: every seq up to the highest seen counts as seen from now on
         (it departed, and its late copies had time to arrive: nobody will send the missing ones).

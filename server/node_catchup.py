@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import psrv.encoding as encoding
@@ -84,6 +84,7 @@ class DownloadedCopy:
     updater: np.ndarray | None
     watermark: dict[int, int]
     extra: dict[int, list[int]]
+    given_up: dict[int, list[int]] = field(default_factory=dict)  # departed ids' seqs the master gave up
 
 
 def _array(buffer: object, dtype: str, size: int, what: str) -> np.ndarray:
@@ -108,7 +109,8 @@ def parse_snapshot(msg: Message, params_size: int) -> DownloadedCopy:
         updater = np.array(_array(msg.buffers[1], msg["updater_dtype"], msg["updater_size"], "the updater"))
     watermark = {int(o): int(w) for o, w in msg["watermark"].items()}
     extra = {int(o): [int(x) for x in s] for o, s in msg["extra_seen"].items()}
-    return DownloadedCopy(master, updater, watermark, extra)
+    given_up = {int(o): [int(x) for x in s] for o, s in (msg["given_up"] or {}).items()}
+    return DownloadedCopy(master, updater, watermark, extra, given_up)
 
 
 class ReplicaProbe:
@@ -197,7 +199,7 @@ class SyncPath:
             view.emit(Install(view.params))  # before the replays rebase emits
         if snap.updater is not None:
             self.updater_state = snap.updater
-        replayed, incomplete = self.updates.rebase(snap.watermark, snap.extra)
+        replayed, incomplete = self.updates.rebase(snap.watermark, snap.extra, snap.given_up)
         view.state = NodeState.RUNNING
         self.updates.send_backlog()
         if incomplete:

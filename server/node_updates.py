@@ -229,15 +229,19 @@ class UpdatePath:
                 self._take([(fields, buffer, payload)], came_from)
 
     # ------------------------------------------------------------------ applying
-    def rebase(self, watermark: dict[int, int], extra: dict[int, list[int]]) -> tuple[int, list[int]]:
+    def rebase(self, watermark: dict[int, int], extra: dict[int, list[int]],
+               given_up: dict[int, list[int]] | None = None) -> tuple[int, list[int]]:
         """The master copy (including ``watermark`` and ``extra``) was just installed: replay the updates
         applied here that it lacks, apply those held during the download that it lacks, and deduplicate
-        from now on against it. Returns (how many were replayed, origins the ring was too short for)."""
+        from now on against it. Own updates of a former id whose seq the controller gave up (``given_up``:
+        the master never held them and refuses that (origin, seq) now) go to the backlog, sent as new
+        updates of this id. Returns (how many were replayed, origins the ring was too short for)."""
         extra_sets = {o: set(s) for o, s in extra.items()}
         replayed = 0
         incomplete = self.replay.incomplete(watermark)
         seen = restore(self.view.config.dedup_window, watermark, extra)
-        former = self._former_missing(watermark, extra_sets)
+        former, renumbered = self._former_missing(watermark, extra_sets, given_up or {})
+        self._renumber(renumbered)
         for origin, seq, payload, fields in self.replay.missing_from(watermark, extra_sets):
             self._apply_update(payload, fields)  # applied here, not (yet) in the master copy
             seen.first_time(origin, seq)
@@ -254,14 +258,21 @@ class UpdatePath:
         self._resend_former(former)
         return replayed, incomplete
 
-    def _former_missing(self, watermark: dict[int, int], extra: dict[int, set[int]]) -> list[Entry]:
-        """The own updates of former ids (taken out of the ring) that the downloaded copy lacks and the
-        controller still accepts: it counts a departed member's origin (it is in the watermark) until
-        ``departed_kept_s`` after it left. The others are counted ``own_updates_lost`` and logged."""
+    def _former_missing(
+        self, watermark: dict[int, int], extra: dict[int, set[int]], given_up: dict[int, list[int]]
+    ) -> tuple[list[Entry], list[Entry]]:
+        """The own updates of former ids (taken out of the ring) that the downloaded copy lacks: those
+        the controller still accepts under their (origin, seq) (it counts a departed member's origin,
+        in the watermark, until ``departed_kept_s`` after it left), and those whose seq it gave up. The
+        others are counted ``own_updates_lost`` and logged."""
         view = self.view
         taken = self.replay.take(set(self.former))
-        missing = [e for e in taken if not covered(watermark, extra, e[0], e[1])]
-        lost = 0
+        gave_up = {o: set(s) for o, s in given_up.items() if o in self.former}
+        renumbered = [e for e in taken if e[1] in gave_up.get(e[0], ())]
+        missing = [e for e in taken
+                   if e[1] not in gave_up.get(e[0], ()) and not covered(watermark, extra, e[0], e[1])]
+        lost = sum(len(seqs) - sum(1 for e in renumbered if e[0] == o)  # given up and not in the ring
+                   for o, seqs in gave_up.items() if self.former[o])  # (0: counted at an earlier download)
         for origin, top in list(self.former.items()):
             ours = {s for o, s, _, _ in missing if o == origin}
             if not self._counted(origin, watermark):  # forgotten by the controller: it refuses them now
@@ -270,7 +281,7 @@ class UpdatePath:
                 missing = [e for e in missing if e[0] != origin]
                 continue
             gone = [s for s in range(watermark.get(origin, 0) + 1, top + 1)
-                    if s not in extra.get(origin, ()) and s not in ours]
+                    if s not in extra.get(origin, ()) and s not in ours and s not in gave_up.get(origin, ())]
             lost += len(gone)
             if not ours:
                 del self.former[origin]
@@ -281,7 +292,19 @@ class UpdatePath:
             view.log.error("node %d: %d own update(s) of before the rejoin cannot be delivered (the replay "
                            "ring was too short, or the controller forgot the old id: departed_kept_s)",
                            view.node_id, lost)
-        return missing
+        return missing, renumbered
+
+    def _renumber(self, entries: list[Entry]) -> None:
+        """Own updates of a former id that the controller gave up: into the backlog, which the catch-up
+        applies, numbers under this id and sends right after (each is applied once: the old (origin,
+        seq) is refused everywhere the master's watermark reached, and the master never held it)."""
+        if not entries:
+            return
+        self.backlog[:0] = [(payload, fields) for _, _, payload, fields in entries]
+        self.view.counters.add("updates_renumbered_after_rejoin", len(entries))
+        self.view.log.warning("node %d: %d own update(s) of its former id(s) %s were given up by the "
+                              "controller; sending them again under this id", self.view.node_id,
+                              len(entries), sorted({e[0] for e in entries}))
 
     def _counted(self, origin: int, watermark: dict[int, int]) -> bool:
         """Does the controller still count ``origin``: in its watermark, or a member of the mesh (the

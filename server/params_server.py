@@ -25,9 +25,11 @@ class ParamsServer:
         self.log = log
         self.downloads = Downloads()
 
-    def serve(self, msg: Message, dropped: dict[int, int], member_ids: list[int]) -> Download:
+    def serve(self, msg: Message, dropped: dict[int, int], member_ids: list[int],
+              given_up: dict[int, list[int]] | None = None) -> Download:
         """The paced PARAMS_REPLY for ``msg``'s sender; ``dropped``: relayed copies dropped so far, per
-        member."""
+        member; ``given_up``: the seqs of departed members given up so far (the master never held them;
+        a process that held such an id sends those it still has again under its new id)."""
         node_id = msg.src
         want_updater = bool(msg["want_updater"]) and self.master.updater_state is not None
         version = self.master.counters["updates_applied"]
@@ -48,6 +50,7 @@ class ParamsServer:
             "updater_size": 0 if not want_updater else int(snapshot.updater.size),
             "watermark": snapshot.watermark,
             "extra_seen": snapshot.extra_seen,
+            "given_up": given_up or {},
         }
         self.log.info(
             "sending params (%d values, %d origins in the watermark, %s snapshot) to node %d",

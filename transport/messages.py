@@ -159,12 +159,16 @@ def _params_reply(f: dict) -> None:
         if not is_int(size, 0, INT64_MAX // 8):
             raise _bad(op, f"size must be an int >= 0, got {size!r:.40}")
     check_int_map(op, "watermark", f["watermark"])
-    extra = f["extra_seen"]
-    if len(extra) > MAX_ORIGINS:
-        raise _bad(op, f"extra_seen holds {len(extra)} entries")
-    for key, seqs in extra.items():
+    for name in ("extra_seen", "given_up"):
+        _check_seq_map(op, name, f[name] or {})
+
+
+def _check_seq_map(op: str, name: str, value: dict) -> None:
+    if len(value) > MAX_ORIGINS:
+        raise _bad(op, f"{name} holds {len(value)} entries")
+    for key, seqs in value.items():
         if not (is_int(key, 1) and isinstance(seqs, list | tuple) and all(is_int(s, 1) for s in seqs)):
-            raise _bad(op, f"extra_seen must map origin ids to lists of seqs, got {key!r:.40}: {seqs!r:.40}")
+            raise _bad(op, f"{name} must map origin ids to lists of seqs, got {key!r:.40}: {seqs!r:.40}")
 
 
 def _chunk(f: dict) -> None:
@@ -236,10 +240,12 @@ CATALOGUE: dict[Op, Schema] = {
             "updater_size": INT,
             "watermark": DICT,
             "extra_seen": DICT,
+            "given_up": DICT,
         },
         1,
         2,
         check=_params_reply,
+        optional=frozenset({"given_up"}),
     ),
     Op.CHUNK: Schema(
         {

@@ -52,7 +52,8 @@ BY_TYPE = {
     list: st.lists(values, max_size=8),
     bool: st.booleans(),
 }
-SPECIAL = {"watermark": watermarks, "extra_seen": watermarks, "stats": watermarks, "mesh": values}
+SPECIAL = {"watermark": watermarks, "extra_seen": watermarks, "given_up": watermarks, "stats": watermarks,
+           "mesh": values}
 
 
 def field_values(op: Op) -> st.SearchStrategy[dict]:

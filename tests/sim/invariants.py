@@ -7,11 +7,10 @@
   at a node since its last download);
 * none of a live node's updates is missing from the master, also for a node that came back under a
   new member id (partitioned or frozen past the liveness timeout, evicted, re-synced): it re-sends
-  what the master lacks after its catch-up. Only a crashed or departed process's updates may be
-  missing (``stats["lost_crashed_or_left"]``), and, of a node that came back, as many as the
-  controller gave up as a departed id's gaps (an own update lost on its way up and not repaired
-  before the node went away longer than twice the liveness timeout: README's limits;
-  ``stats["lost_in_given_up_gaps"]``);
+  what the master lacks after its catch-up, and sends again under its new id what the controller
+  gave up of its old one (an own update lost on its way up just before the node went away for
+  longer than twice the liveness timeout). Only a crashed or departed process's updates may be
+  missing (``stats["lost_crashed_or_left"]``);
 * a node rejoined (a new member id) only where a fault touched it;
 * no exception escaped a handler and no process stopped by itself (recorded as they happen).
 """
@@ -38,12 +37,6 @@ def _strict(world: World, sub) -> bool:
     return proc.live and world.slots.get(proc.slot) is proc and (world.setup.resends_after_rejoin or not back)
 
 
-def _given_up(world: World) -> int:
-    """How many seqs of departed ids the controller gave up (never filled gaps)."""
-    counters = getattr(getattr(world.controller.role, "machine", None), "counters", None)
-    return 0 if counters is None else int(counters["departed_gaps_closed"])
-
-
 def converged(world: World) -> bool:
     """Cheap test used while draining: everyone running, replicas equal, nothing of a live node missing."""
     ctl = world.controller
@@ -58,9 +51,7 @@ def converged(world: World) -> bool:
         if not np.allclose(proc.role.replica(), master, **tol):
             return False
     applied = world.master_applied
-    given_up = _given_up(world)
-    return all(applied.get(sub.uid) for sub in world.subs
-               if _strict(world, sub) and not (given_up and len(sub.proc.ids) > 1))
+    return all(applied.get(sub.uid) for sub in world.subs if _strict(world, sub))
 
 
 def check(world: World) -> list[str]:
@@ -91,10 +82,6 @@ def check(world: World) -> list[str]:
             failures.append(f"{proc.name} changed member id {proc.ids} though no fault touched it")
     lost = [sub for sub in world.subs if not world.master_applied.get(sub.uid)]
     strict = [sub for sub in lost if _strict(world, sub)]
-    came_back = [sub for sub in strict if len(sub.proc.ids) > 1]
-    if came_back and len(came_back) <= _given_up(world):
-        world.stats["lost_in_given_up_gaps"] = len(came_back)
-        strict = [sub for sub in strict if len(sub.proc.ids) <= 1]
     if strict:
         names = sorted({sub.proc.name for sub in strict})
         back = sorted({sub.proc.name for sub in strict if len(sub.proc.ids) > 1})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,6 +129,8 @@ class Network:
         self.by_routing: dict[bytes, Process] = {}
         self.links: dict[tuple[str, str, str], LinkState] = {}
         self.cut: set[tuple[str, str]] = set()  # (a, b) and (b, a) of every partitioned pair
+        # a scenario's targeted loss: every message sent (sender, receiver, message) it accepts is lost
+        self.drop_if: Callable[[Process, Process, Message], bool] | None = None
         self.codec_errors: list[str] = []  # a decode that raised something else than FrameRejectedError
         self._msg_ids = itertools.count(1)
 
@@ -187,6 +190,9 @@ class Network:
         if receiver is None:
             self.counts.counts["sent_to_gone"] += 1
             return False
+        if self.drop_if is not None and self.drop_if(sender, receiver, message):
+            self.counts.counts["lost_on_purpose"] += 1
+            return True  # it left the sender: lost on the way
         link = self._link(sender, receiver, "data")
         if droppable and link.in_flight >= self.bound:
             self.counts.counts["dropped_queue_full"] += 1

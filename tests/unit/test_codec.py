@@ -48,6 +48,7 @@ def sample(op: Op) -> Message:
                 "updater_size": 0,
                 "watermark": {1: 10, 2: 3},
                 "extra_seen": {2: [5, 6]},
+                "given_up": {3: [4]},
             },
             [params],
         ),

@@ -292,6 +292,9 @@ def test_a_departed_origins_gaps_are_given_up_so_beats_cover_what_the_master_hol
     # the snapshot taken before says {1: 1}: it is not handed out again (its taker would stay behind)
     again = [a for a in m.handle(Received(ask, rid_of(2)), t) if isinstance(a, Download)][0]
     assert before.message["watermark"] == {1: 1} and again.message["watermark"] == {1: 4}
+    # a download says which seqs were given up: the process that held id 1 sends those it still has
+    # again under its new id (the master never held them and refuses (1, 2) now)
+    assert not before.message["given_up"] and again.message["given_up"] == {1: [2]}
     m.handle(Received(update(2, 1, 2), rid_of(2)), t)  # a copy of 2 after all: too late, not applied
     assert m.counters["updates_applied"] == 3
     # node 2 re-sends 1's update 6 it holds (5 never arrived anywhere): applied, and the gap below it is
@@ -302,6 +305,27 @@ def test_a_departed_origins_gaps_are_given_up_so_beats_cover_what_the_master_hol
     beats = [a.message["watermark"] for a in m.handle(Tick(), t + 1.0)
              if isinstance(a, Send) and a.message.op is Op.HEARTBEAT]
     assert beats and beats[0] == {1: 6}
+    last = [a for a in m.handle(Received(ask, rid_of(2)), t + 1.0) if isinstance(a, Download)][0]
+    assert last.message["given_up"] == {1: [2, 5]}
+
+
+def test_a_rejoined_process_gets_its_old_ids_gaps_kept_open_as_long_again() -> None:
+    """The gaps of an id whose process joined again wait two liveness timeouts from the rejoin: its
+    catch-up re-sends what the master lacks under the old (origin, seq), accepted until then."""
+    m = machine(departed_kept_s=30.0)  # gaps given up 2 x 3 s after a departure
+    join(m, 1, 0.0, name="p")
+    for seq in (1, 3):  # 2 is lost on its way up
+        m.handle(Received(update(1, 1, seq, index=seq), rid_of(1)), 0.1)
+    m.handle(Received(Message(Op.LEAVE, {"reason": "cut off"}, src=1), rid_of(1)), 0.2)
+    join(m, 2, 5.0, name="p")  # the same process, back under a new id before the gap was given up
+    t = 5.0
+    while t < 10.5:
+        t = round(t + 0.5, 2)
+        m.handle(Received(beat(2), rid_of(2)), t)
+        m.handle(Tick(), t)
+    assert m.counters["departed_gaps_closed"] == 0  # 6.2 s after the departure, 5.5 s after the rejoin
+    m.handle(Received(update(2, 1, 2, index=2), rid_of(2)), t)  # its re-send under the old id
+    assert m.counters["updates_applied"] == 3 and m.seen.watermark()[1] == 3
 
 
 def test_a_params_request_is_a_paced_download_of_one_shared_snapshot() -> None:
@@ -366,3 +390,20 @@ def test_a_process_joining_again_keeps_its_former_id_counted_for_its_re_sends() 
     m.handle(Received(update(2, 1, 1), rid_of(2)), 8.0)
     m.handle(Received(update(2, 1, 1), rid_of(2)), 8.1)  # twice: applied once
     assert m.counters["updates_applied"] == 1 and m.seen.watermark()[1] == 1
+
+
+def test_given_up_seqs_are_kept_per_departed_id_told_to_its_process_only_and_bounded() -> None:
+    from psrv.server.departed import GIVEN_UP_MAX, DepartedMembers
+
+    d = DepartedMembers()
+    d.add(1, 0.0)
+    d.add(2, 1.0)
+    d.gave_up(1, [4, 2])
+    d.gave_up(1, [2, 9])  # given up again after a late re-send: merged, sorted
+    d.gave_up(2, list(range(1, GIVEN_UP_MAX + 10)))
+    d.gave_up(7, [1])  # not retiring: nothing kept
+    assert d.given_up[1] == [2, 4, 9] and len(d.given_up[2]) == GIVEN_UP_MAX and 7 not in d.given_up
+    assert d.given_up_view(lambda i: i == 1) == {1: [2, 4, 9]}
+    both = d.given_up_view(lambda i: True)  # newest departure first, GIVEN_UP_MAX seqs in all
+    assert list(both) == [2] and len(both[2]) == GIVEN_UP_MAX
+    assert d.expired(100.0, 30.0) == [1, 2] and d.given_up == {}

@@ -114,6 +114,7 @@ def test_closing_an_origin_gives_up_its_gaps_and_refuses_them_later() -> None:
     s = SeenUpdates(window=100)
     for seq in (1, 2, 5, 7):
         assert s.first_time(3, seq)
-    assert s.close(3) == 3 and s.watermark() == {3: 7} and s.above_watermark() == {}
+    assert s.gaps(3) == [3, 4, 6] and s.gaps(3, limit=2) == [3, 4] and s.gaps(99) == []
+    assert s.close(3) == 3 and s.gaps(3) == [] and s.watermark() == {3: 7} and s.above_watermark() == {}
     assert not s.first_time(3, 4) and s.first_time(3, 8) and s.skipped == 3
     assert s.close(3) == 0 and s.close(99) == 0  # nothing open, or an unknown origin

@@ -118,10 +118,12 @@ class Harness:
         return self.from_ctrl(reply, own_connection=True)
 
     def snapshot(self, master: np.ndarray, watermark: dict[int, int], request_id: int,
-                 extra: dict[int, list[int]] | None = None) -> Message:
+                 extra: dict[int, list[int]] | None = None,
+                 given_up: dict[int, list[int]] | None = None) -> Message:
         return Message(Op.PARAMS_REPLY, {"request_id": request_id, "dtype": "<f4", "size": N,
                                          "updater_dtype": None, "updater_size": 0, "watermark": watermark,
-                                         "extra_seen": extra or {}}, [master.astype("<f4").tobytes()], src=0)
+                                         "extra_seen": extra or {}, "given_up": given_up or {}},
+                       [master.astype("<f4").tobytes()], src=0)
 
     def catch_up(self, master: np.ndarray | None = None, watermark: dict[int, int] | None = None) -> list:
         master = np.zeros(N, dtype=np.float32) if master is None else master

@@ -60,12 +60,14 @@ PLAUSIBLE = {
     "size": st.integers(0, 70), "updater_dtype": st.one_of(st.none(), st.just("<f4")),
     "updater_size": st.integers(0, 70), "watermark": st.dictionaries(small, st.integers(0, 9), max_size=4),
     "extra_seen": st.dictionaries(small, st.lists(st.integers(1, 20), max_size=3), max_size=3),
+    "given_up": st.dictionaries(small, st.lists(st.integers(1, 20), max_size=3), max_size=3),
     "node_id": small, "heartbeat_s": st.floats(0.001, 10.0), "missed_beats": st.integers(1, 5),
     "version": st.integers(0, 12), "mesh_version": st.integers(0, 12), "mesh": meshes,
     "stats": st.dictionaries(st.text(max_size=8), scalars, max_size=3), "reason": st.text(max_size=8),
     "routes": routes, "token": texts, "restart": st.booleans(),
 }
-SPECIAL = {"watermark": int_maps, "extra_seen": values, "stats": values, "mesh": values, "routes": routes}
+SPECIAL = {"watermark": int_maps, "extra_seen": values, "given_up": values, "stats": values, "mesh": values,
+           "routes": routes}
 BY_TYPE = {int: ints, float: floats, str: texts, dict: values, list: st.lists(values, max_size=5),
            bool: st.booleans()}
 

@@ -69,3 +69,30 @@ def test_an_old_id_the_controller_forgot_is_counted_lost_not_applied():
     assert np.array_equal(h.params, np.zeros_like(h.params)), "the replica stays equal to the master"
     assert not h.sent(actions, Op.UPDATES, 0) and not h.sent(actions, Op.UPDATE, 0)
     assert h.machine.counters_["own_updates_lost"] == 2
+
+
+def test_own_updates_the_controller_gave_up_are_sent_again_under_the_new_id_once():
+    h = joined()
+    for index in (1, 2, 3):
+        h.submit(index)
+    h.beat({1: 1})  # 1/2 was lost on its way up, 1/3 arrived after the node was cut off
+    _cut_off(h)
+    _rejoin_as(h, 5)
+    # the controller gave 1/2 up (its watermark covers it; the master never held it)
+    master = delta(1) + delta(3)
+    reply = h.snapshot(master, {1: 3}, h.machine.download.request_id, given_up={1: [2]})
+    actions = h.from_ctrl(reply, own_connection=True)
+    assert h.machine.state is NodeState.RUNNING
+    assert np.array_equal(h.params, master + delta(2)), "applied once on top of the download"
+    sent = [r for s in h.sent(actions, Op.UPDATES, 0) + h.sent(actions, Op.UPDATE, 0) for r in rows(s)]
+    assert len(sent) == 1 and sent[0][0] == 5, sent  # a new update of the new id, not (1, 2)
+    assert h.machine.counters_["updates_renumbered_after_rejoin"] == 1
+    assert h.machine.counters_["own_updates_lost"] == 0
+    # a later re-sync (the same given-up list) sends nothing again and counts nothing lost
+    h.machine.sync.begin("test")
+    again = h.from_ctrl(h.snapshot(master + delta(2), {1: 3, 5: sent[0][1]}, h.machine.download.request_id,
+                                   given_up={1: [2]}), own_connection=True)
+    assert not h.sent(again, Op.UPDATES, 0) and not h.sent(again, Op.UPDATE, 0)
+    assert np.array_equal(h.params, master + delta(2))
+    assert h.machine.counters_["updates_renumbered_after_rejoin"] == 1
+    assert h.machine.counters_["own_updates_lost"] == 0
