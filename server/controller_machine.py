@@ -14,7 +14,6 @@ a few beats and its per-origin state pruned once its late updates had ``departed
 arrive. No socket, thread or clock: ``now`` is given with every event.
 
 Construction (everything it touches is injected; the simulation passes plain objects)::
-
     ControllerMachine(
         config,                 # TransportConfig (heartbeat_s, missed_beats, max_nodes, ...)
         params,                 # the master copy: a writeable 1-D float array, updated in place
@@ -26,10 +25,9 @@ Construction (everything it touches is injected; the simulation passes plain obj
         address="",             # the controller's address, until ``Started`` tells it
     )
 
-It holds no lock: the facade (server/controller.py) runs every ``handle`` under the lock its callers
-hold while they read the master copy. ``handle`` is deterministic: every map it iterates is keyed
-by int ids or insertion-ordered, and it reads no clock, random source or environment. A message it
-refuses is counted (``counters.reject``) and logged; it never raises for anything a frame says.
+No lock: the facade (server/controller.py) runs ``handle`` under the lock readers of the master copy
+hold. Deterministic: its maps are keyed by int ids or insertion-ordered; it reads no clock, random
+source or environment. A refused message is counted and logged; no frame makes it raise.
 """
 
 from __future__ import annotations
