@@ -10,7 +10,7 @@ Event (something a worker spent time on)::
      "start": 1700000000.12,     # required, float: seconds since the Unix epoch, time.time() of
      "end": 1700000000.19,       #   that worker's machine (clocks of two machines may differ)
      # optional, any of:
-     "partition": 3, "round": 0, "iteration": 17, "epoch": 0, "examples": 32,
+     "partition": 3, "round": 0, "iteration": 17, "epoch": 1, "examples": 32,
      "loss": 0.41, "threshold": 1e-3, "sparsity": 2.5e-3, "bytes": 4096}
 
 Point sample (a metric without a duration)::
@@ -26,8 +26,11 @@ sparse message's count is in its header, a bitmap's is counted); ``elements`` th
 
 Validation sample (what the model scored on held-out data, drawn as its own chart)::
 
-    {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 0,
+    {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 1,
      "accuracy": 0.93, "f1": 0.92}
+
+``epoch`` counts from 1 everywhere (events, validation samples, the metrics sinks, the progress line,
+the history and the checkpoint names): the epoch a record belongs to, the first being epoch 1.
 
 Kinds and their meaning:
 
