@@ -52,6 +52,7 @@ from psrv.transport.errors import (
     InvalidUpdateError,
     JoinError,
     NotRunningError,
+    SecurityMismatchError,
     SendQueueFullError,
     TransportError,
 )
@@ -163,7 +164,10 @@ class Node:
                              f"{self.controller_address} within {waited:.1f} s "
                              f"(local address {self.address})")
 
-        self._loop.start(deadline, timed_out)
+        try:
+            self._loop.start(deadline, timed_out)
+        except SecurityMismatchError as exc:  # said at the first refused handshake, not at the deadline
+            raise SecurityMismatchError(f"node (local address {self.address}) cannot join: {exc}") from None
         return self
 
     def stop(self, timeout_s: float | None = None) -> None:

@@ -222,7 +222,7 @@ class NodeMachine:
     # ------------------------------------------------------------------ driver events
     def _on_started(self, event: Started) -> None:
         self.view.address = event.address
-        self.timers.begin_join()
+        self.timers.begin_join(first=True)
         self._tick(self.view.now)  # the first JOIN leaves at once
 
     def _on_stopping(self) -> None:

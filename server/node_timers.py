@@ -53,8 +53,10 @@ class Timers:
         self._last_ctrl_beat: float | None = None
 
     # ------------------------------------------------------------------ joining
-    def begin_join(self) -> None:
-        """A new join: a new token and session, a new connection to the controller."""
+    def begin_join(self, first: bool = False) -> None:
+        """A new join: a new token and session, a new connection to the controller. The ``first``
+        join watches the handshake (other security settings are said at once); a rejoin does not,
+        as a controller going down mid-handshake must not read as a refusal."""
         view = self.view
         view.state = NodeState.JOINING
         self.token = self._random(16).hex()
@@ -62,7 +64,7 @@ class Timers:
         # a new session, a new connection to the controller: replies (JOIN_REPLY, PARAMS_REPLY, its
         # liveness beats) come back on it; the old one (a previous membership) is replaced
         view.emit(Connect(CONTROLLER_ID, view.controller_address, routing_id=view.link_id(CONTROLLER_ID),
-                          listen=True))
+                          listen=True, watch_handshake=first))
         self._join_started = view.now
         self.join_attempts = 0
         self._next_join = view.now

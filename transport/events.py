@@ -152,12 +152,15 @@ class Connect:
     ``routing_id``: what the receiver's ROUTER sees as this connection's identity (see
     server/identity.py; None: the driver's own default); ``listen``: also receive on it (the
     replies of the peer's ROUTER come back on it, as ``Received(via=peer)``). A connection to the
-    same address with the same routing id is kept; anything else replaces it."""
+    same address with the same routing id is kept; anything else replaces it. ``watch_handshake``:
+    a refused handshake (the peer runs with other security settings) stops the role at once with
+    SecurityMismatchError, instead of leaving it to wait out its deadline."""
 
     peer: int
     address: str
     routing_id: bytes | None = None
     listen: bool = False
+    watch_handshake: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,20 +21,25 @@ _EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 
 
 _INSECURE = ("the controller at {address} runs without keys (--insecure) and this process uses CurveZMQ "
-             "keys: pass --insecure here too (or restart the controller with --keys)")
+             "keys: pass --insecure here too (in code: a TransportConfig with neither keys nor keys_dir), or "
+             "restart the controller with --keys")
 
 
 def mismatch_message(address: str, secure: bool, event: int, value: int) -> str | None:
     """The error a handshake event means for a client that is ``secure`` (None: no refusal)."""
-    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+    refused = event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+    mismatch = (event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+    if mismatch or (refused and not secure):  # a client without keys holds no wrong key set
         if secure:
             return _INSECURE.format(address=address)
         return (f"the controller at {address} uses CurveZMQ keys and this process runs without keys "
-                "(--insecure): pass --keys DIR with the controller's key set instead of --insecure")
-    if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_AUTH) or (
-            event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and secure):
+                "(--insecure): pass --keys DIR with the controller's key set instead of --insecure (in code: "
+                "TransportConfig(keys_dir=DIR))")
+    if refused or (event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and secure):
         return (f"the controller at {address} refused the CurveZMQ handshake: its key set is not the one "
-                "given here; pass --keys DIR with the key set the controller was started with")
+                "given here; pass --keys DIR with the key set the controller was started with (in code: "
+                "TransportConfig(keys_dir=DIR))")
     return None
 
 

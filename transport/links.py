@@ -18,13 +18,14 @@ from psrv.transport.chunking import ChunkPlan, needs_chunking, split_message
 from psrv.transport.codec import encode_frames, frame_size
 from psrv.transport.config import TransportConfig
 from psrv.transport.counters import Counters
-from psrv.transport.errors import TransportConfigError
+from psrv.transport.errors import SecurityMismatchError, TransportConfigError
 from psrv.transport.events import Connect, Download, Dropped, Send
+from psrv.transport.handshake import HandshakeWatch
 from psrv.transport.loopstats import LoopStats
 from psrv.transport.messages import Message
 from psrv.transport.pacing import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES, Paced, PacedDownloads
 from psrv.transport.peer import Peer
-from psrv.transport.sockets import Security, connect_dealer, valid_address
+from psrv.transport.sockets import Security, connect_dealer, tcp, valid_address
 
 __all__ = ["ZERO_COPY_MIN_BYTES", "Links"]
 
@@ -59,6 +60,7 @@ class Links:
         self.downloads = PacedDownloads()
         self.download_chunk = min(config.chunk_bytes, DOWNLOAD_CHUNK_MAX_BYTES)
         self.msg_ids = itertools.count(1)
+        self.handshakes: dict[int, HandshakeWatch] = {}  # connections whose handshake is watched
 
     # ------------------------------------------------------------------ sending
     def frames(self, message: Message) -> list[list[Any]]:
@@ -226,7 +228,11 @@ class Links:
                 max_message_bytes=cfg.max_message_bytes,
                 buffer_bytes=cfg.socket_buffer_bytes,
                 routing_id=routing_id,
+                connect=not action.watch_handshake,
             )
+            if action.watch_handshake:  # the monitor first, so the very first handshake is seen
+                self.handshakes[action.peer] = HandshakeWatch(sock, action.address, self.security.enabled)
+                sock.connect(tcp(action.address))
         except (TransportConfigError, zmq.ZMQError) as exc:
             self.reject("bad_field", f"cannot connect to {action.address!r:.80}: {exc}")
             return
@@ -241,7 +247,25 @@ class Links:
             flags = zmq.POLLIN | (zmq.POLLOUT if peer.socket in self.waiting else 0)
             self.poller.register(peer.socket, flags)
 
+    def check_handshakes(self) -> SecurityMismatchError | None:
+        """The refusal a watched connection met (its peer runs with other security settings), if any;
+        a watch ends once its handshake succeeded."""
+        for peer_id, watch in list(self.handshakes.items()):
+            try:
+                watch.check()
+            except SecurityMismatchError as exc:
+                return exc
+            if watch.succeeded:
+                self._end_watch(peer_id)
+        return None
+
+    def _end_watch(self, peer_id: int) -> None:
+        watch = self.handshakes.pop(peer_id, None)
+        if watch is not None:
+            watch.close()
+
     def disconnect(self, peer_id: int, linger_s: float) -> None:
+        self._end_watch(peer_id)
         peer = self.peers.pop(peer_id, None)
         self.routing.pop(peer_id, None)
         self.downloads.end(peer_id)
@@ -255,6 +279,8 @@ class Links:
 
     def close_all(self, linger_s: float) -> None:
         self.downloads.end_all()
+        for peer_id in list(self.handshakes):
+            self._end_watch(peer_id)
         for peer in list(self.peers.values()):
             with contextlib.suppress(zmq.ZMQError):
                 peer.close(linger_s)

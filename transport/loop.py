@@ -255,6 +255,9 @@ class Loop:
                 t1 = clock()
                 if links.waiting:
                     links.flush_writable(events)
+                if links.handshakes and (refused := links.check_handshakes()) is not None:
+                    self._error = refused  # other security settings: no retry can succeed
+                    break
                 if self._wake_pipe.pull in events:
                     self._wake_pipe.drain()
                 self._drain_commands()

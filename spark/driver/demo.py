@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 sent += tm.last_fit["bytes_sent"]
                 dense += tm.last_fit["dense_bytes"]
                 accuracy = network.evaluate(test).accuracy()
-                watch.validation(network, epoch, accuracy)
+                watch.validation(network, epoch + 1, accuracy)  # 1-based, as the fit's own
                 bar.set_postfix(loss=f"{tm.last_score:.4f}", test_accuracy=f"{accuracy:.4f}")
                 bar.update(1)
                 bar.write(f"epoch {epoch + 1:3d}: loss {tm.last_score:.4f}, test accuracy {accuracy:.4f}, "

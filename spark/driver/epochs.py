@@ -27,6 +27,8 @@ from psrv.spark.driver import checkpoints, runs
 from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.partitioning import repartition_rdd
 from psrv.spark.errors import SparkConfigError, SparkInputError
+from psrv.spark.observe.metrics import publish_validation
+from psrv.spark.observe.progress import epoch_line
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -86,14 +88,16 @@ class EarlyStopping:
 
 
 def validation_metrics(spark_network: Any, validation_data: Any) -> dict[str, float]:  # a SparkNetwork
-    """What the driver's network scores on ``validation_data`` (evaluated on the executors)."""
-    result = spark_network.evaluate(validation_data)
+    """What the driver's network scores on ``validation_data`` (evaluated on the executors, one pass):
+    ``val_loss`` (the mean loss per example) and the default evaluation's metrics."""
+    result, loss = spark_network.evaluate_with_loss(validation_data)
+    metrics = {"val_loss": float(loss)} if math.isfinite(loss) else {}
     if isinstance(result, list):  # a network of several outputs: the first output's, then each output's
-        metrics = _result_metrics(result[0])
+        metrics.update(_result_metrics(result[0]))
         for i, each in enumerate(result):
             metrics.update({f"val_out{i}_{k[4:]}": v for k, v in _result_metrics(each).items()})
         return metrics
-    return _result_metrics(result)
+    return {**metrics, **_result_metrics(result)}
 
 
 def _result_metrics(result: Any) -> dict[str, float]:
@@ -211,6 +215,8 @@ def run_epochs(spark_network: Any, rdd: RDD | MinibatchFiles, epochs: int, valid
                 metrics["loss"] = float(score)
             if validation_data is not None:
                 metrics.update(validation_metrics(spark_network, validation_data))
+                publish_validation(master, network, epoch, metrics)  # loggers and the report too
+                epoch_line(master, epoch, epochs, metrics)
             history.append(EpochRecord(epoch, metrics, time.monotonic() - started))
             stop = any([_stop_requested(callback, epoch, metrics) for callback in callbacks])
             if run is not None:

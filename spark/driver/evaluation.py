@@ -49,7 +49,8 @@ def do_evaluation(
     if not templates:
         raise SparkInputError("do_evaluation: expected at least one evaluation object, got none")
     for template in templates:
-        if not (hasattr(template, "eval") and hasattr(template, "merge")):
+        scores = hasattr(template, "eval") or hasattr(template, "eval_network")  # MeanLoss: the latter
+        if not (scores and hasattr(template, "merge")):
             raise SparkInputError(
                 f"do_evaluation: expected evaluation objects with eval() and merge(), got "
                 f"{type(template).__name__}"

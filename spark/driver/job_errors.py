@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from psrv.spark.errors import SparkError, TrainingJobError
+from psrv.spark.errors import SparkError, SparkInputError, TrainingJobError, UserCodeError
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)): (.*)$")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -113,4 +113,14 @@ def worker_errors(what: str) -> Iterator[None]:
         raise converted from exc
 
 
-__all__ = ["WorkerError", "as_user_error", "find_worker_error", "worker_errors"]
+def fatal_error(report: str, how: str) -> SparkError:
+    """The fatal error a task reported (``"UserCodeError: ValueError: boom ..."``) as its own class, the
+    user's exception first; ``how`` says what psrv did at this first failure (``"cancelled the job"``)."""
+    name, _, message = report.partition(": ")
+    cls = {"UserCodeError": UserCodeError, "SparkInputError": SparkInputError}.get(name)
+    text = (f"{message}\n  (a task failed with it; psrv {how} at this first failure instead of letting Spark "
+            "retry: a retry would fail the same way)")
+    return cls(text) if cls is not None else TrainingJobError(f"{report}{text[len(message):]}")
+
+
+__all__ = ["WorkerError", "as_user_error", "fatal_error", "find_worker_error", "worker_errors"]

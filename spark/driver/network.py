@@ -29,6 +29,7 @@ from psrv.spark.driver.partitioning import needs_repartition
 from psrv.spark.errors import SparkConfigError, SparkInputError
 from psrv.spark.observe.metrics import watching
 from psrv.spark.payload import NetworkPayload
+from psrv.spark.task.inference import MeanLoss
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -227,6 +228,12 @@ class SparkNetwork:
         metrics for a network with an MSE output, as ``Network.evaluate`` does locally. A TorchNetwork of
         several outputs gives a list (psrv.nn.torch_io.PerOutput): one result per output."""
         return self.do_evaluation(data, batch_size, [self._classification()])[0]
+
+    def evaluate_with_loss(self, data: Any, batch_size: int | None = None) -> tuple[Any, float]:
+        """What :meth:`evaluate` gives, and the network's mean loss per example on ``data`` (NaN for a
+        network without ``score``), in one pass over the data."""
+        evaluation, loss = self.do_evaluation(data, batch_size, [self._classification(), MeanLoss()])
+        return evaluation, loss.value()
 
     def evaluate_paths(self, paths_rdd: RDD, loader: Any | None = None, batch_size: int | None = None) -> Any:
         return self.do_evaluation_paths(paths_rdd, batch_size, [self._classification()], loader)[0]

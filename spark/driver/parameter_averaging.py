@@ -21,6 +21,7 @@ from psrv.nn.protocol import TrainableNetwork
 from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
 from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level, kept
+from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, parse_strategy
 from psrv.spark.errors import SparkInputError
@@ -205,6 +206,8 @@ class ParameterAveragingTrainingMaster:
         if result is None:
             return
         relay_worker_logs(result.logs)
+        if result.error is not None:  # the tasks returned it: no attempt of Spark's would do better
+            raise fatal_error(result.error, "ended the job")
         network.set_params((result.params / result.workers).astype(network.params.dtype))
         if self.save_updater and result.updater_state is not None:
             averaged = result.updater_state / result.workers
@@ -216,7 +219,7 @@ class ParameterAveragingTrainingMaster:
             self.last_score = result.loss_sum / result.examples
         if self.collect_training_stats:
             self.training_stats.extend(result.events)
-        publish_round(self.loggers, network, payload.epoch, result.events,
+        publish_round(self.loggers, network, payload.epoch + 1, result.events,
                       {"score": self.last_score, "workers": result.workers, "examples": result.examples},
                       time.time() - started)
         self.record_driver_event("averaging", started, time.time(), round=number, workers=result.workers,

@@ -32,6 +32,7 @@ from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
 from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level
 from psrv.spark.driver import shipping
+from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
@@ -39,10 +40,8 @@ from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
     ControllerUnreachableError,
     SparkConfigError,
-    SparkError,
     SparkInputError,
     TrainingJobError,
-    UserCodeError,
 )
 from psrv.spark.observe.metrics import check_loggers, publish_shared_fit
 from psrv.spark.observe.progress import LiveProgress, check_progress
@@ -308,7 +307,7 @@ class SharedTrainingMaster:
                 spark_context.cancelJobGroup(group)
         thread.join()
         if fatal is not None and "error" in outcome:
-            raise _fatal_error(fatal) from outcome["error"]
+            raise fatal_error(fatal, "cancelled the job") from outcome["error"]
         if unreachable or (controller.counters_["joins"] == joins_before and "error" in outcome
                            and "ControllerUnreachableError" in str(outcome["error"])):
             raise ControllerUnreachableError(
@@ -378,7 +377,7 @@ class SharedTrainingMaster:
                 counters = r.counters or {}
                 self.training_stats.extend(on_driver_clock(r.events, counters.get("clock_offset_s"),
                                                            counters.get("clock_error_s")))
-        publish_shared_fit(self.loggers, network, setup.payload.epoch, results, self.last_fit,
+        publish_shared_fit(self.loggers, network, setup.payload.epoch + 1, results, self.last_fit,
                            controller_counters, time.time() - started)
         self.record_driver_event("training_job", started, time.time(), workers=len(results), steps=steps)
         log.info("gradient sharing fit: %s", self.last_fit)
@@ -439,15 +438,6 @@ def _accounting(job_id: str, results: list[WorkerResult], sent: int,
         "updates_applied_by_failed_attempts": by_failed,
         "retried_partitions": sorted(retried),
     }
-
-
-def _fatal_error(report: str) -> SparkError:
-    """The error a task reported in its heartbeat, as its own class (the user's exception first)."""
-    name, _, message = report.partition(": ")
-    cls = {"UserCodeError": UserCodeError, "SparkInputError": SparkInputError}.get(name)
-    text = (f"{message}\n  (a task failed with it; psrv cancelled the job at this first failure instead of "
-            "letting Spark retry: a retry would fail the same way)")
-    return cls(text) if cls is not None else TrainingJobError(f"{report}{text[len(message):]}")
 
 
 def _first_line(error: BaseException) -> str:

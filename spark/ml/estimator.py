@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from psrv.spark.ml.model import TorchModel, check_columns
 from psrv.spark.ml.params import EstimatorParams, add_accessors, columns_of, set_from_keywords
 from psrv.spark.ml.persistence import EstimatorReader, EstimatorWriter
 from psrv.spark.ml.validation import EpochEnd, split_validation, validation_metrics
+from psrv.spark.task.inference import MeanLoss
 from psrv.spark.task.row_datasets import CHUNK_ROWS, row_converter
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
@@ -174,9 +176,15 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                            prediction_col=self.getOrDefault("predictionCol"),
                            probability_col=self.getOrDefault("probabilityCol"), output_kind=semantics.kind)
 
+        held_out_sets = self._as_rdd(held_out, semantics, outputs) if held_out is not None else None
+
         def score() -> dict[str, float]:
-            return validation_metrics(model.transform(held_out), self.label_col, model.prediction_col,
-                                      semantics.kind)
+            classes = outputs if semantics.kind == "multiclass" else 2
+            found = validation_metrics(model.transform(held_out), self.label_col, model.prediction_col,
+                                       semantics.kind, classes)
+            # the loss the fit minimises, on the held-out rows
+            value = spark_net.do_evaluation(held_out_sets, None, [MeanLoss()])[0].value()
+            return {"val_loss": value, **found} if math.isfinite(value) else found
 
         epochs = int(self.getOrDefault("epochs"))
         epoch_end = EpochEnd(score=score if held_out is not None else None, master=master, network=network,

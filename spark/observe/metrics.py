@@ -31,6 +31,7 @@ import numpy as np
 from psrv.encoding import message_info
 from psrv.spark.errors import SparkConfigError
 from psrv.spark.observe.progress import check_progress
+from psrv.spark.observe.stats import validation_sample
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ __all__ = [
     "emit",
     "log_validation",
     "master_metrics",
+    "publish_validation",
     "worker_step_metrics",
 ]
 
@@ -161,6 +163,21 @@ def log_validation(loggers: Any, step: int, epoch: int, evaluation: Any, prefix:
     metrics = evaluation_metrics(evaluation)
     emit(check_loggers(loggers), [(step, epoch, {f"{prefix}/{k}": v for k, v in metrics.items()})])
     return metrics
+
+
+def publish_validation(master: Any, network: Any, epoch: int, metrics: Mapping[str, float]) -> dict:
+    """An epoch's validation metrics (their ``val_*`` entries) to the master's loggers as
+    ``validation/<name>``, and to its training statistics (the report's validation chart) when it
+    collects them. ``epoch`` is 1-based. Returns what it sent."""
+    found = {k.removeprefix("val_"): float(v) for k, v in metrics.items()
+             if k.startswith("val_") and _finite(v)}
+    if not found:
+        return found
+    step = int(getattr(network, "iteration", epoch))
+    log_validation(list(getattr(master, "loggers", None) or []), step, epoch, found)
+    if getattr(master, "collect_training_stats", False):
+        master.training_stats.append(validation_sample(time.time(), step, epoch, **found))
+    return found
 
 
 def evaluation_metrics(evaluation: Any) -> dict[str, float]:

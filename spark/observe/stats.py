@@ -11,7 +11,7 @@ Event (something a worker spent time on)::
      "end": 1700000000.19,       #   that worker's machine, moved onto the driver's clock when its
                                  #   offset is known (see on_driver_clock)
      # optional, any of:
-     "partition": 3, "round": 0, "iteration": 17, "epoch": 0, "examples": 32,
+     "partition": 3, "round": 0, "iteration": 17, "epoch": 1, "examples": 32,
      "loss": 0.41, "threshold": 1e-3, "sparsity": 2.5e-3, "bytes": 4096}
 
 Point sample (a metric without a duration)::
@@ -27,12 +27,14 @@ sparse message's count is in its header, a bitmap's is counted); ``elements`` th
 
 Validation sample (what the model scored on held-out data, drawn as its own chart)::
 
-    {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 0,
+    {"worker": "driver", "kind": "validation", "time": 1700000001.0, "iteration": 120, "epoch": 1,
      "accuracy": 0.93, "f1": 0.92}
 
 Clock offset (gradient sharing: each worker's offset from the driver's clock, estimated from the
 heartbeat round trips, psrv.server.clock_offset): ``"clock_offset_s"`` (already added to the
 worker's times) and ``"clock_error_s"`` (the bound on its error) on each record of that worker.
+``epoch`` counts from 1 everywhere (events, validation samples, the metrics sinks, the progress line,
+the history and the checkpoint names): the epoch a record belongs to, the first being epoch 1.
 
 Kinds and their meaning:
 

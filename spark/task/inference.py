@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +25,34 @@ def _eval_batches(network: TrainableNetwork, batches: Iterable[Any], evaluations
     # (it also widens a single sigmoid output to two classes for Evaluation).
     for batch in batches:
         for evaluation in evaluations:
-            network.evaluate(batch, evaluation, batch_size=max(1, batch.num_examples))
+            if isinstance(evaluation, MeanLoss):
+                evaluation.eval_network(network, batch)
+            else:
+                network.evaluate(batch, evaluation, batch_size=max(1, batch.num_examples))
     return evaluations
+
+
+class MeanLoss:
+    """The network's mean loss per example (``network.score``) over the rows evaluated: merged like an
+    evaluation, so one evaluation pass over validation data gives its loss too."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def eval_network(self, network: TrainableNetwork, batch: Any) -> None:
+        rows = int(batch.num_examples)
+        if rows and callable(getattr(network, "score", None)):
+            self.total += float(network.score(batch, batch_size=rows)) * rows
+            self.count += rows
+
+    def merge(self, other: MeanLoss) -> None:
+        self.total += other.total
+        self.count += other.count
+
+    def value(self) -> float:
+        """The mean loss (NaN when no row was evaluated)."""
+        return self.total / self.count if self.count else math.nan
 
 
 def merge_lists(left: list[Any] | None, right: list[Any] | None) -> list[Any] | None:
@@ -191,4 +218,5 @@ class OutputInference:
             yield network.output(batch.features)
 
 
-__all__ = ["KeyedInference", "OutputInference", "PartitionEvaluator", "masked_output", "merge_lists"]
+__all__ = ["KeyedInference", "MeanLoss", "OutputInference", "PartitionEvaluator", "masked_output",
+           "merge_lists"]

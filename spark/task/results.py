@@ -34,7 +34,7 @@ class RoundResult:
     """Sums over the workers of one averaging round (so that tree aggregation is a plain add)."""
 
     __slots__ = ("params", "updater_state", "workers", "steps", "max_steps", "loss_sum", "examples", "events",
-                 "logs", "buffers")
+                 "logs", "buffers", "error")
 
     def __init__(self, params: np.ndarray, updater_state: np.ndarray | None, steps: int, loss_sum: float,
                  examples: int, events: list[dict[str, Any]],
@@ -49,6 +49,9 @@ class RoundResult:
         self.events = events
         self.logs: list[dict[str, Any]] = []  # psrv.spark.observe.worker_logs records
         self.buffers = add_buffers(None, buffers)  # float64 sums by name, averaged like the params
+        # a fatal error of a task ("UserCodeError: ..."): returned, not raised, so that Spark does not
+        # run the task again only to raise it again; the driver raises it
+        self.error: str | None = None
 
 
 def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundResult | None:
@@ -68,6 +71,7 @@ def add_results(left: RoundResult | None, right: RoundResult | None) -> RoundRes
     left.events.extend(right.events)
     left.logs.extend(right.logs)
     left.buffers = add_buffers(left.buffers, right.buffers)
+    left.error = left.error or right.error
     return left
 
 

@@ -67,7 +67,7 @@ class SharingTask:
         self.capture = WorkerLogCapture(worker=worker_id(), partition=self.part,
                                         attempt=self.attempt).attach()
         self.events = EventLog(setup.collect_stats, worker=worker_id(), partition=self.part,
-                               attempt=self.attempt, epoch=int(setup.payload.epoch))
+                               attempt=self.attempt, epoch=int(setup.payload.epoch) + 1)  # 1-based
         started = self.events.now()
         self.network = training_network(setup.payload)
         self.events.add("setup", started, self.events.now(), device=network_device(self.network))

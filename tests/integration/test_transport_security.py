@@ -102,3 +102,39 @@ def test_with_keys_members_work_and_strangers_get_nothing_in_or_out(cluster, tmp
     assert after["counters"]["rejected_total"] == before["counters"]["rejected_total"] == 0
     assert all(n["stats"]["rejected_total"] == 0 for n in after["nodes"])
     cluster.assert_equal_to_master(procs)
+
+
+@pytest.mark.timeout(120)
+def test_an_embedded_node_meeting_other_security_settings_says_which_setting_at_once(tmp_path) -> None:
+    """``Node().start()`` against a controller with other security settings used to wait out its whole
+    join deadline and raise a bare JoinError; the first refused handshake now names the setting."""
+    from psrv.server import Controller
+    from psrv.transport.errors import SecurityMismatchError
+
+    write_keys(generate_keys(), tmp_path / "keys")
+    write_keys(generate_keys(), tmp_path / "other")
+    keyed = TransportConfig(keys_dir=str(tmp_path / "keys"), join_timeout_s=60.0, catchup_timeout_s=60.0)
+    params = np.zeros(10, np.float32)
+
+    def refused(controller: Controller, config: TransportConfig) -> str:
+        started = time.monotonic()
+        with pytest.raises(SecurityMismatchError) as info:
+            Node(config, params, controller.address).start()
+        assert time.monotonic() - started < 15  # not the 120 s deadline
+        assert controller.address in str(info.value) and "local address 127.0.0.1:" in str(info.value)
+        return str(info.value)
+
+    plain = TransportConfig(join_timeout_s=60.0, catchup_timeout_s=60.0)
+    with Controller(TransportConfig(), params) as insecure:
+        message = refused(insecure, keyed)
+        assert "runs without keys" in message and "neither keys nor keys_dir" in message, message
+        with Node(TransportConfig(), params, insecure.address):  # the same settings still join
+            pass
+    with Controller(TransportConfig(keys_dir=str(tmp_path / "keys")), params) as secure:
+        message = refused(secure, plain)
+        assert "uses CurveZMQ keys" in message and "TransportConfig(keys_dir=DIR)" in message, message
+        wrong = TransportConfig(keys_dir=str(tmp_path / "other"), join_timeout_s=60.0, catchup_timeout_s=60.0)
+        message = refused(secure, wrong)
+        assert "key set" in message and "TransportConfig(keys_dir=DIR)" in message, message
+        with Node(keyed, params, secure.address):
+            pass

@@ -4,6 +4,9 @@ early stopping, a checkpoint per epoch and ``resume=True`` reaching what an unin
 from __future__ import annotations
 
 import contextlib
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,24 +51,83 @@ def small(spark_context, digits):
             spark_context.parallelize(list(test.batches(100)), 2), test)
 
 
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, dict]] = []
+
+    def on_metrics(self, step, epoch, metrics) -> None:
+        self.calls.append((step, epoch, dict(metrics)))
+
+
+def _sink_epochs(tmp_path, monkeypatch) -> tuple[list, Callable[[], dict[str, set]]]:
+    """A recorder, a TensorBoard and an MLflow logger, and what each wrote as its epochs (read back
+    from TensorBoard's event files and MLflow's store, as their own readers see them)."""
+    pytest.importorskip("tensorboard")
+    mlflow = pytest.importorskip("mlflow")
+    from psrv.spark.observe.metrics import MLflowLogger, TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's file store (sqlite needs SQLAlchemy)
+    uri = (tmp_path / "mlruns").as_uri()
+    recorder, board = Recorder(), TensorBoardLogger(str(tmp_path / "tb"))
+    flow = MLflowLogger(tracking_uri=uri, experiment="epochs")
+
+    def written() -> dict[str, set]:
+        board.close()
+        flow.close()
+        accumulator = EventAccumulator(str(tmp_path / "tb"))
+        accumulator.Reload()
+        history = mlflow.MlflowClient(tracking_uri=uri).get_metric_history(flow.run_id, "epoch")
+        return {"recorder": {epoch for _, epoch, _ in recorder.calls},
+                "tensorboard": {int(e.value) for e in accumulator.Scalars("epoch")},
+                "mlflow": {int(m.value) for m in history}}
+
+    return [recorder, board, flow], written
+
+
 @pytest.mark.parametrize("make_master", [_averaging, _sharing], ids=["averaging", "sharing"])
-def test_epochs_in_one_call_export_once_and_report_validation(spark_context, small, make_master) -> None:
+def test_epochs_in_one_call_export_once_and_report_validation(spark_context, small, make_master, tmp_path,
+                                                              monkeypatch) -> None:
+    """Also: every sink counts the epochs as the progress line does, from 1 (the stats events, the
+    trace, the HTML report, TensorBoard, MLflow, the history and the checkpoint names)."""
+    from psrv.spark.observe.report import export_stats_html
+    from psrv.spark.observe.trace import chrome_trace
+
     train, validation, test = small
     network = _network()
     master = make_master()
     spark_net = SparkNetwork(spark_context, network, master)
     seen: list[tuple[int, dict]] = []
-    spark_net.fit(train, epochs=3, validation_data=validation,
+    loggers, written = _sink_epochs(tmp_path, monkeypatch)
+    spark_net.fit(train, epochs=3, validation_data=validation, loggers=loggers,
+                  checkpoint_dir=str(tmp_path / "ckpt"),
                   callbacks=[lambda epoch, metrics: seen.append((epoch, metrics)) and False])
     assert [e for e, _ in seen] == [1, 2, 3]
     assert network.epoch == 3
     for _, metrics in seen:
         assert 0.0 <= metrics["val_accuracy"] <= 1.0 and np.isfinite(metrics["loss"])
+        assert {"val_loss", "val_precision", "val_recall", "val_f1"} <= set(metrics)
     # the metrics are those of the driver's network (the master copy) on the validation data
     assert seen[-1][1]["val_accuracy"] == pytest.approx(network.evaluate(test).accuracy(), abs=1e-12)
+    assert seen[-1][1]["val_loss"] == pytest.approx(network.score(test), rel=1e-6)
     assert [r.epoch for r in spark_net.history] == [1, 2, 3]
     exports = [e for e in master.training_stats if e["kind"] == "export"]
     assert len(exports) == 1  # the data is exported once per call, not per epoch
+
+    epochs = {1, 2, 3}
+    assert written() == {"recorder": epochs, "tensorboard": epochs, "mlflow": epochs}
+    validated = [(epoch, m) for _, epoch, m in loggers[0].calls if "validation/loss" in m]
+    assert [(e, m["validation/loss"]) for e, m in validated] == \
+        [(e, pytest.approx(m["val_loss"])) for e, m in seen]
+    stats = master.training_stats
+    assert {e["epoch"] for e in stats if e["kind"] == "fit"} == epochs
+    assert [e["epoch"] for e in stats if e["kind"] == "validation"] == [1, 2, 3]
+    marks = [e["name"] for e in chrome_trace(stats)["traceEvents"] if e.get("ph") == "i"]
+    assert marks == ["epoch 1", "epoch 2", "epoch 3"]
+    html = Path(export_stats_html(stats, str(tmp_path / "report.html"))).read_text()
+    assert set(re.findall(r'data-epoch="(\d+)"', html)) == {"1", "2", "3"} and "epochs 1–3" in html
+    names = sorted(p.name for p in (tmp_path / "ckpt" / spark_net.run_id).glob("checkpoint-*"))
+    assert names == [f"checkpoint-00000{e}.psrvckpt" for e in (1, 2, 3)]
 
 
 def test_callback_and_early_stopping_stop_the_fit(spark_context, small) -> None:

@@ -1,8 +1,9 @@
 """Fits that go wrong, run as a user runs them: ``spark-submit --master local-cluster[2,1,1024]`` of a
 script (tests/spark/scripts/failing_fits.py). An exception of the user's forward fails the job at its
-first attempt (Spark's four attempts per task only raised it again, each after a task start-up); NaN is
-named by its row before training, and during it; a wrong ``input_shape`` is named; the progress lines
-count each epoch's own steps and examples, 1-based, and a failed fit ends with ``failed:``."""
+first attempt, with gradient sharing and with parameter averaging (Spark's four attempts per task only
+raised it again, each after a task start-up); NaN is named by its row before training, and during it; a
+wrong ``input_shape`` is named; the progress lines count each epoch's own steps and examples, 1-based,
+and a failed fit ends with ``failed:``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ def test_an_exception_of_the_users_forward_fails_the_job_at_its_first_attempt(fa
     shown = _section(failing["output"], "user_code")
     assert re.search(r"psrv fit \(epoch 1\) failed: UserCodeError: ValueError: boom", shown), shown[-3000:]
     assert "psrv fit (epoch 1) done" not in shown
+
+
+def test_parameter_averaging_fails_a_users_exception_at_its_first_attempt_too(failing) -> None:
+    result = failing["user_code_averaging"]
+    assert not result["ok"] and result["type"] == "UserCodeError", result
+    assert result["error"].startswith("ValueError: boom from the user's forward"), result["error"]
+    attempts = {tuple(map(int, line.split())) for line in result["attempts"]}
+    assert attempts and {a for _, a in attempts} == {0}, attempts  # Spark ran no task again
+    assert result["seconds"] < failing["progress"]["seconds"], (result, failing["progress"])
 
 
 def test_progress_lines_count_each_epochs_own_steps_and_examples(failing) -> None:

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from psrv.nn.errors import ConfigError  # noqa: E402
 from psrv.spark import ParameterAveragingTrainingMaster  # noqa: E402
 from psrv.spark.errors import SparkInputError  # noqa: E402
-from psrv.spark.ml import TorchEstimator, TorchModel  # noqa: E402
+from psrv.spark.ml import NetworkEstimator, TorchEstimator, TorchModel  # noqa: E402
 from psrv.spark.ml import estimator as ml_estimator  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -70,8 +70,10 @@ def test_regression_and_binary_predict_the_modules_own_output_and_validate(spark
     assert np.std(predictions) > 0.5  # the fit's answer per row, not one constant
     history = torch_model.history
     assert [h["epoch"] for h in history] == [1, 2, 3]
-    assert all({"loss", "val_mse", "val_r2"} <= set(h) for h in history)
+    assert all({"loss", "val_loss", "val_mse", "val_r2"} <= set(h) for h in history)
     assert history[-1]["val_mse"] < history[0]["val_mse"]
+    # MSELoss over one output is the mean squared error: the loss and the metric of the same rows agree
+    assert [h["val_loss"] for h in history] == pytest.approx([h["val_mse"] for h in history], rel=1e-4)
     logged = [(epoch, m) for _, epoch, m in sink.calls if "validation/mse" in m]
     assert [epoch for epoch, _ in logged] == [1, 2, 3]
     assert [m["validation/mse"] for _, m in logged] == pytest.approx([h["val_mse"] for h in history])
@@ -98,6 +100,18 @@ def test_regression_and_binary_predict_the_modules_own_output_and_validate(spark
     assert history[-1]["val_accuracy"] == pytest.approx(accuracy)
     assert [m["validation/accuracy"] for _, _, m in sink.calls if "validation/accuracy" in m] == \
         pytest.approx([h["val_accuracy"] for h in history])
+    # macro precision/recall/F1 as scikit-learn counts them, and the module's own loss, on the same rows
+    from sklearn.metrics import f1_score, precision_score, recall_score
+
+    y, predicted = [r["label"] for r in held_out], [r["prediction"] for r in held_out]
+    for name, reference in (("precision", precision_score), ("recall", recall_score), ("f1", f1_score)):
+        expected = reference(y, predicted, average="macro", labels=[0, 1], zero_division=0)
+        assert history[-1][f"val_{name}"] == pytest.approx(expected), name
+    logits = torch.tensor(_module_output(model.stages[-1], held_out)[:, 0])
+    bce = torch.nn.BCEWithLogitsLoss()(logits, torch.tensor(y, dtype=torch.float32))
+    assert history[-1]["val_loss"] == pytest.approx(float(bce), rel=1e-4)
+    logged = {epoch: m for _, epoch, m in sink.calls if "validation/f1" in m}
+    assert sorted(logged) == [1, 2] and logged[2]["validation/loss"] == pytest.approx(history[-1]["val_loss"])
 
 
 def test_labels_and_outputs_the_loss_cannot_take_are_refused_before_training(spark, monkeypatch) -> None:
@@ -144,6 +158,45 @@ def test_cross_validator_over_epochs_and_learning_rate(spark) -> None:
     assert isinstance(fitted.bestModel, TorchModel)
     assert len(fitted.bestModel.history) == grid[best][estimator.epochs]
     assert estimator.getEpochs() == 1 and not estimator.isSet("learningRate")  # the grid changed copies only
+
+
+def test_network_estimator_with_a_param_map_and_train_validation_split(spark, tmp_path) -> None:
+    """A psrv.nn Network through NetworkEstimator: its Params, ``fit(df, paramMap)`` (the map wins over
+    the estimator's values, which stay), ``resume`` of a run by its id, and TrainValidationSplit over a
+    small grid of learning rates."""
+    from psrv.nn import Dense, Network, Output, Sgd
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+
+    network = Network([Dense(8, activation="relu"), Output(2)], input_shape=(4,), updater=Sgd(0.1), seed=2)
+    estimator = NetworkEstimator(network, seed=0, training_master=_master())
+    assert estimator.getEpochs() == 1 and "learningRate" in estimator.explainParams()
+    frame = _frame(spark, rows=240).selectExpr("id", "array(x0, x1, x2, x3) AS features", "label")
+    run = {estimator.checkpointDir: str(tmp_path), estimator.runId: "first"}
+    model = estimator.fit(frame, {estimator.learningRate: 0.2, estimator.predictionCol: "guess", **run})
+    assert isinstance(model, TorchModel) and len(model.history) == 1
+    assert estimator.getOrDefault("predictionCol") == "prediction" and not estimator.isSet("learningRate")
+    rows = model.transform(frame).orderBy("id").collect()
+    features = np.array([r["features"] for r in rows], dtype=np.float32)
+    expected = model.network.output(features).argmax(axis=1)  # the trained network's own answer
+    np.testing.assert_array_equal([r["guess"] for r in rows], expected)
+    resumed = estimator.fit(frame, {estimator.epochs: 2, estimator.resume: True, **run})  # epoch 2 only
+    assert [h["epoch"] for h in resumed.history] == [1, 2]
+    assert resumed.history[0]["loss"] == pytest.approx(model.history[0]["loss"])  # from the checkpoint
+    assert sorted(p.name for p in (tmp_path / "first").glob("checkpoint-*")) == \
+        ["checkpoint-000001.psrvckpt", "checkpoint-000002.psrvckpt"]
+
+    grid = ParamGridBuilder().addGrid(estimator.learningRate, [1e-4, 0.2]).build()
+    evaluator = MulticlassClassificationEvaluator(labelCol="label", predictionCol="prediction",
+                                                  metricName="accuracy")
+    split = TrainValidationSplit(estimator=estimator, estimatorParamMaps=grid, evaluator=evaluator,
+                                 trainRatio=0.75, seed=1)
+    fitted = split.fit(frame)
+    assert len(fitted.validationMetrics) == 2 and all(0.0 <= m <= 1.0 for m in fitted.validationMetrics)
+    best = int(np.argmax(fitted.validationMetrics))
+    assert isinstance(fitted.bestModel, TorchModel)
+    rate = fitted.bestModel.network.updater.schedule.value_at(0, 0)  # the grid's rate reached the network
+    assert rate == pytest.approx(grid[best][estimator.learningRate])
 
 
 def test_unfitted_pipeline_with_the_estimator_saves_and_loads(spark, tmp_path) -> None:

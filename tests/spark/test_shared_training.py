@@ -96,7 +96,7 @@ def test_gradient_sharing_reaches_accuracy(spark_context, digits, mesh, approach
     assert fit["workers"] == 2 and fit["examples"] == train.num_examples
     assert fit["replicas_checked"] == 2 and fit["replica_max_relative_l2"] <= 1e-6, fit
     assert totals["bytes_sent"] * 50 < totals["dense_bytes"], totals
-    last_epoch = spark_net.network.epoch - 1
+    last_epoch = spark_net.network.epoch  # the stats count epochs from 1: the one just trained
     fits = [e for e in spark_net.get_training_stats() if e["kind"] == "fit" and e["epoch"] == last_epoch]
     assert {e["partition"] for e in fits} == {0, 1}
     assert sum(e["examples"] for e in fits) == train.num_examples

@@ -22,7 +22,7 @@ def run_stats(workers: int = 2, epochs: int = 3, steps: int = 25, seed: int = 0)
         ends = []
         for w in range(workers):
             name = f"executor-{w}:{4100 + w}"
-            common = {"partition": w, "epoch": epoch, "attempt": 0}
+            common = {"partition": w, "epoch": epoch + 1, "attempt": 0}  # epochs count from 1
             t = clock + 0.01 * w
             records.append(event(name, "setup", t, t + 0.04, **common))
             t += 0.04
@@ -45,14 +45,14 @@ def run_stats(workers: int = 2, epochs: int = 3, steps: int = 25, seed: int = 0)
                 t += 0.001
             records.append(event(name, "flush", t, t + 0.02, **common))
             t += 0.02
-            records.append(metrics_sample(name, t, iteration=(epoch + 1) * steps, epoch=epoch,
+            records.append(metrics_sample(name, t, iteration=(epoch + 1) * steps, epoch=epoch + 1,
                                           bytes_received=50_000 * (epoch + 1),
                                           updates_applied=steps * workers))
             ends.append(t)
         clock = max(ends) + 0.02
         records.append(event("driver", "training_job", job_start, clock, workers=workers,
                              steps=steps * workers))
-        records.append(validation_sample(clock, (epoch + 1) * steps, epoch, accuracy=0.7 + 0.08 * epoch,
+        records.append(validation_sample(clock, (epoch + 1) * steps, epoch + 1, accuracy=0.7 + 0.08 * epoch,
                                          f1=0.68 + 0.085 * epoch))
         clock += 0.05
     return records

@@ -66,9 +66,9 @@ def test_epoch_boundaries_are_marked_on_the_timeline_and_charts() -> None:
     parsed = _parsed(render_stats_html(run_stats(epochs=3, steps=5)))
     marks = parsed.having("line", **{"class": "epoch-mark"})
     timeline_epochs = {a["data-epoch"] for a in marks}
-    assert timeline_epochs == {"0", "1", "2"}
-    # charts mark epochs 1 and 2 (epoch 0 starts at the first step: its left edge)
-    assert sum(1 for a in marks if a["data-epoch"] == "1") >= 2
+    assert timeline_epochs == {"1", "2", "3"}  # epochs count from 1, as the progress line does
+    # charts mark epochs 2 and 3 (epoch 1 starts at the first step: its left edge)
+    assert sum(1 for a in marks if a["data-epoch"] == "2") >= 2
 
 
 def test_loss_is_smoothed_with_raw_points_and_validation_is_charted() -> None:
@@ -135,6 +135,6 @@ def test_chrome_trace_structure(tmp_path: Path) -> None:
         assert item["ts"] == pytest.approx((record["start"] - origin) * 1e6, abs=1)
         assert item["dur"] == pytest.approx((record["end"] - record["start"]) * 1e6, abs=1)
         assert item["name"] == kind_label(record["kind"])
-    assert {e["name"] for e in events if e["ph"] == "i"} == {"epoch 0", "epoch 1"}
+    assert {e["name"] for e in events if e["ph"] == "i"} == {"epoch 1", "epoch 2"}  # 1-based, as everywhere
     assert {"loss", "threshold", "sparsity", "bytes", "validation accuracy"} <= {
         e["name"] for e in events if e["ph"] == "C"}

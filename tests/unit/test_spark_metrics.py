@@ -163,11 +163,11 @@ def test_mlflow_logger_writes_a_local_file_store(tmp_path: Path, monkeypatch) ->
 
     uri = (tmp_path / "mlruns").as_uri()
     logger = MLflowLogger(tracking_uri=uri, experiment="psrv-test", run_name="unit")
-    emit([logger], [(1, 0, {"master/loss": 0.5}), (2, 1, {"master/loss": 0.25, "worker/p0/loss": 0.3})])
+    emit([logger], [(1, 1, {"master/loss": 0.5}), (2, 2, {"master/loss": 0.25, "worker/p0/loss": 0.3})])
     logger.close()
     client = mlflow.MlflowClient(tracking_uri=uri)
     history = client.get_metric_history(logger.run_id, "master/loss")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.25)]
     epochs = client.get_metric_history(logger.run_id, "epoch")
-    assert sorted((m.step, m.value) for m in epochs) == [(1, 0.0), (2, 1.0)]
+    assert sorted((m.step, m.value) for m in epochs) == [(1, 1.0), (2, 2.0)]  # epochs count from 1
     assert client.get_run(logger.run_id).info.status == "FINISHED"

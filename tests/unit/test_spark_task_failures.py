@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from psrv.nn.errors import NonFiniteLossError
 from psrv.spark.driver import preflight
-from psrv.spark.driver.shared_training import _fatal_error
+from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.errors import SparkInputError, UserCodeError
 from psrv.spark.task import failures
 from psrv.spark.task.environment import describe_python, environment_probe
@@ -49,7 +49,7 @@ def test_a_fatal_report_travels_in_the_heartbeat_gauges_and_comes_back_as_its_cl
     assert failures.fatal_report([other, {"stats": {}}], "job1") is None
     report = failures.fatal_report([other, {"state": "left", "stats": stats}], "job1")
     assert report == "UserCodeError: ValueError: boom"
-    error = _fatal_error(report)
+    error = fatal_error(report, "cancelled the job")
     assert isinstance(error, UserCodeError) and str(error).startswith("ValueError: boom\n")
     assert "cancelled the job at this first failure" in str(error)
 
@@ -80,3 +80,43 @@ def test_the_profile_finds_the_first_non_finite_row_of_a_partition() -> None:
     data = preflight.DataProfile([sizes, [5]], sample, [None, bad])
     with pytest.raises(SparkInputError, match=r"inf\) in the features of row 8 of partition 1"):
         preflight.check_finite_data(data)
+
+
+class _RaisingAfter:
+    """Torch-free stand-in for a user's network whose own code raises at its second minibatch."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def compute_update(self, features, labels, mask):
+        self.calls += 1
+        if self.calls == 2:
+            raise ValueError("boom from the user's forward")
+        return np.zeros(3), 0.5
+
+
+def test_an_averaging_round_returns_the_users_error_instead_of_raising_it(monkeypatch) -> None:
+    """Raised, Spark would run the task again (and again) to meet the same exception; returned in the
+    round's result, the driver raises it as UserCodeError at the first attempt."""
+    from psrv.nn.data import DataSet
+    from psrv.spark.task import averaging
+    from psrv.spark.task.results import RoundResult, add_results
+
+    network = _RaisingAfter()
+    network.params = network.updater_state = np.zeros(3)
+    network.iteration = 0
+    network.apply_update = lambda update: None
+    monkeypatch.setattr(averaging, "training_network", lambda payload: network)
+    monkeypatch.setattr(averaging, "buffers_of", lambda network: None)
+    payload = SimpleNamespace(value=SimpleNamespace(epoch=0, updater_state=None))
+    trainer = averaging.RoundTrainer(payload, None, prefetch=0, collect_stats=True, round_number=0)
+    batches = [DataSet(np.ones((4, 3), np.float32), np.eye(2, dtype=np.float32)[[0, 1, 0, 1]])] * 3
+    (result,) = list(trainer(iter(batches)))
+    assert result.steps == 1 and network.calls == 2  # stopped at the failing minibatch
+    assert result.error.startswith("UserCodeError: ValueError: boom from the user's forward")
+    assert "rows 4..7 of partition -1" in result.error  # the failing minibatch's rows
+    assert {e["epoch"] for e in result.events} == {1}  # epochs count from 1 in the stats
+    healthy = RoundResult(np.zeros(3), None, 2, 1.0, 8, [])
+    assert add_results(healthy, result).error == result.error  # one failing task fails the round
+    error = fatal_error(result.error, "ended the job")
+    assert isinstance(error, UserCodeError) and str(error).startswith("ValueError: boom from the user's")

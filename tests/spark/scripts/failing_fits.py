@@ -1,4 +1,5 @@
-"""A user's script whose fits go wrong: its module's forward raises, its data holds a NaN, its input_shape
+"""A user's script whose fits go wrong: its module's forward raises (gradient sharing, then parameter
+averaging), its data holds a NaN, its input_shape
 is wrong; and one fit that goes right, whose progress lines are checked against the data.
 
 Run by tests/spark/test_fit_failures.py through ``spark-submit --master local-cluster[2,1,1024]``, as a
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from psrv.nn import TorchNetwork
 from psrv.nn.data import DataSet
-from psrv.spark import SharedTrainingMaster, SparkNetwork, VoidConfiguration
+from psrv.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, VoidConfiguration
 from pyspark.sql import SparkSession
 from torch import nn
 
@@ -103,6 +104,11 @@ def main(out: str) -> None:
     attempt(results, "user_code", lambda: SparkNetwork(sc, network(RaisingNet(str(attempts))), master(
         progress=True)).fit(rdd))
     results["user_code"]["attempts"] = attempts.read_text().split("\n")[:-1] if attempts.exists() else []
+    averaged = Path(out).with_name("attempts-averaging.txt")  # the same module, parameter averaging
+    attempt(results, "user_code_averaging", lambda: SparkNetwork(sc, network(RaisingNet(str(averaged))),
+            ParameterAveragingTrainingMaster(batch_size_per_worker=16, averaging_frequency=2)).fit(rdd))
+    results["user_code_averaging"]["attempts"] = \
+        averaged.read_text().split("\n")[:-1] if averaged.exists() else []
     # partition 1 holds elements 6..11: element 7's row 4 is row 24 of partition 1
     with_nan = sc.parallelize(datasets(nan_at=(7, 4)), 2)
     attempt(results, "nan_before", lambda: SparkNetwork(sc, network(SmallNet()), master()).fit(with_nan))
