@@ -65,7 +65,7 @@ def run(spark, args) -> dict:
 
 def arguments(argv=None):
     p = parser(__doc__)
-    p.add_argument("--epochs", type=int, default=3, help="epochs (default 3)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs (default 2)")
     p.add_argument("--train", type=int, default=1200, help="training rows (default 1200)")
     p.add_argument("--test", type=int, default=600, help="test rows (default 600)")
     return p.parse_args(argv)

@@ -139,7 +139,7 @@ def arguments(argv=None):
     p = parser(__doc__)
     p.add_argument("--model", choices=("tagger", "classifier", "both"), default="both",
                    help="which model to train (default both)")
-    p.add_argument("--epochs", type=int, default=6, help="epochs (default 6)")
+    p.add_argument("--epochs", type=int, default=4, help="epochs (default 4)")
     p.add_argument("--sequences", type=int, default=256, help="training (and test) sequences (default 256)")
     return p.parse_args(argv)
 
