@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,8 +39,18 @@ def submit(script: Path, arguments: list[str], out: Path, work: Path,
     for setting in settings:
         command += ["--conf", setting]
     command += [str(script), *arguments]
-    done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                          timeout=SUBMIT_DEADLINE_S)
+    # its own process group: past the deadline the whole application goes (spark-submit's JVM, the Python
+    # driver it started, the local cluster), not only spark-submit, which would leave the driver running
+    with subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=SUBMIT_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            pytest.fail(f"spark-submit ran past {SUBMIT_DEADLINE_S} s; its output:\n{stdout[-3000:]}\n"
+                        f"{stderr[-3000:]}", pytrace=False)
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if done.returncode != 0 or not out.exists():
         pytest.fail(f"spark-submit exited {done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
     return json.loads(out.read_text()), done.stdout
