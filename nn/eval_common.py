@@ -39,25 +39,39 @@ def flatten_time(
     """
     if predictions.ndim != sequence_ndim:
         return labels, predictions, mask
-    n, steps = predictions.shape[:2]
-    if labels.shape[:2] != (n, steps):
+    return flatten_positions(labels, predictions, mask, lead=2)
+
+
+def flatten_positions(
+    labels: np.ndarray, predictions: np.ndarray, mask: np.ndarray | None, *, lead: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The one place a batch with positions (time steps, pixels) becomes evaluation rows.
+
+    The first ``lead`` axes (the examples, then their positions) become one row each; what follows them
+    (the classes, last) stays. A mask over those axes (``predictions.shape[:lead]``, or with a trailing 1)
+    drops the rows it masks, so every evaluation counts only the positions that exist; a mask of the
+    predictions' own shape is flattened alongside, for the evaluations that weigh each element.
+    """
+    head = predictions.shape[:lead]
+    if labels.shape[:lead] != head:
+        described = ", ".join(str(d) for d in head)
         raise EvaluationError(
-            f"labels: expected a sequence batch of shape ({n}, {steps}, ...) like the predictions, "
-            f"got {labels.shape}"
+            f"labels: expected a batch of shape ({described}, ...) like the predictions, got {labels.shape}"
         )
-    labels = labels.reshape(n * steps, *labels.shape[2:])
-    predictions = predictions.reshape(n * steps, *predictions.shape[2:])
+    rows = int(np.prod(head))
+    flat_labels = labels.reshape(rows, *labels.shape[lead:])
+    flat_predictions = predictions.reshape(rows, *predictions.shape[lead:])
     if mask is None:
-        return labels, predictions, None
-    if mask.shape in ((n, steps), (n, steps, 1)):
+        return flat_labels, flat_predictions, None
+    if mask.shape in (head, (*head, 1)):
         keep = mask.reshape(-1) != 0
-        return labels[keep], predictions[keep], None
-    if mask.ndim == 3 and mask.shape == (n, steps, *predictions.shape[1:]):
-        return labels, predictions, mask.reshape(n * steps, *mask.shape[2:])
+        return flat_labels[keep], flat_predictions[keep], None
+    if mask.shape == predictions.shape:
+        return flat_labels, flat_predictions, mask.reshape(rows, *mask.shape[lead:])
+    described = ", ".join(str(d) for d in head)
     raise EvaluationError(
-        f"mask: expected shape ({n}, {steps}) (one value per time step) or ({n}, {steps}, "
-        f"{predictions.shape[-1] if predictions.ndim > 1 else 1}) (one per output) for a sequence batch, "
-        f"got {mask.shape}"
+        f"mask: expected shape ({described}) (one value per position) or {predictions.shape} (one per "
+        f"output) for this batch, got {mask.shape}"
     )
 
 
@@ -154,6 +168,7 @@ __all__ = [
     "check_rows",
     "class_rows",
     "class_indices",
+    "flatten_positions",
     "flatten_time",
     "fmt",
     "load_json",

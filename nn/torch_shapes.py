@@ -25,7 +25,7 @@ import inspect
 from typing import Any
 
 import numpy as np
-from psrv.nn import _inputs
+from psrv.nn import _inputs, eval_common
 from psrv.nn.errors import ConfigError, InvalidInputError
 
 
@@ -200,26 +200,21 @@ def evaluation_rows(labels: np.ndarray, output: np.ndarray, mask: np.ndarray | N
                     axis: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(labels, predictions, mask) as the evaluations take them: one row per example (n, k), or for an
     output with positions (sequence steps, pixels) one row per position with the classes last, the
-    positions a mask removes dropped. (n,) outputs become one column."""
+    positions a mask removes dropped (``eval_common.flatten_positions`` does the flattening, as for the
+    evaluations' own time series). (n,) outputs become one column."""
     if output.ndim == 2:
         return labels, output, mask
+    if axis is not None:  # classes last, then every axis before them is a position
+        labels, output = np.moveaxis(labels, axis, -1), np.moveaxis(output, axis, -1)
+        if mask is not None and mask.ndim == output.ndim:
+            mask = np.moveaxis(mask, axis, -1)
+    lead = output.ndim if axis is None else output.ndim - 1
+    if mask is not None and mask.ndim == 1 and lead > 1:  # per example: every position of the example
+        mask = np.broadcast_to(mask.reshape((-1,) + (1,) * (lead - 1)), output.shape[:lead])
+    rows_y, rows_p, rows_m = eval_common.flatten_positions(labels, output, mask, lead=lead)
     if axis is None:
-        rows_y, rows_p = labels.reshape(-1, 1), output.reshape(-1, 1)
-        if mask is None:
-            return rows_y, rows_p, None
-        keep = mask.reshape(-1) != 0
-        return rows_y[keep], rows_p[keep], None
-    k = output.shape[axis]
-    rows_y = np.moveaxis(labels, axis, -1).reshape(-1, k)
-    rows_p = np.moveaxis(output, axis, -1).reshape(-1, k)
-    if mask is None:
-        return rows_y, rows_p, None
-    if mask.ndim == output.ndim:  # per element: kept for the evaluations that weigh elements
-        return rows_y, rows_p, np.moveaxis(mask, axis, -1).reshape(-1, k)
-    per_position = mask if mask.ndim > 1 else np.broadcast_to(
-        mask.reshape((-1,) + (1,) * (output.ndim - 2)), (output.shape[0], *positions(output.shape[1:])))
-    keep = per_position.reshape(-1) != 0
-    return rows_y[keep], rows_p[keep], None
+        return rows_y.reshape(-1, 1), rows_p.reshape(-1, 1), None
+    return rows_y, rows_p, rows_m
 
 
 def predictions(output: np.ndarray, activation: str | None, axis: int | None) -> np.ndarray:

@@ -31,6 +31,7 @@ from psrv.spark.ml.labels import check_labels
 from psrv.spark.ml.model import TorchModel, check_columns
 from psrv.spark.ml.params import EstimatorParams, add_accessors, columns_of, set_from_keywords
 from psrv.spark.ml.persistence import EstimatorReader, EstimatorWriter
+from psrv.spark.ml.shapes import check_dataframe_shapes
 from psrv.spark.ml.validation import EpochEnd, split_validation, validation_metrics
 from psrv.spark.task.inference import MeanLoss
 from psrv.spark.task.row_datasets import CHUNK_ROWS, row_converter
@@ -164,6 +165,7 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         semantics = self._semantics(network)
         outputs = int(network.num_outputs)
         check_outputs(semantics, outputs)
+        check_dataframe_shapes(network, semantics)
         seed = self._optional("seed")
         validation = self._optional("validation")
         self._check_frame(dataset, semantics, outputs)  # the validation rows too, unless a frame of their own

@@ -19,6 +19,7 @@ from psrv.spark.data.parquet import pyarrow_available
 from psrv.spark.errors import SparkInputError
 from psrv.spark.ml.params import ModelParams, add_accessors, columns_of, set_from_keywords
 from psrv.spark.ml.persistence import ModelReader, ModelWriter, model_record, read_model_file
+from psrv.spark.ml.shapes import output_shape, prediction_width
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.task.prediction import ArrowPredictor, row_predictor
 from pyspark.ml import Model
@@ -67,7 +68,7 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, kind
 
         if not pyarrow_available():
             return None
-        single = int(model.network.num_outputs) == 1 or kind == "multiclass"
+        single = prediction_width(model.network) == 1 or kind == "multiclass"
         schema = "prediction double" if single else "prediction array<double>"
         if kind != "regression":
             schema += ", probability array<double>"
@@ -128,6 +129,12 @@ class TorchModel(Model, ModelParams, MLWritable, MLReadable):
         return legacy_kind(self.network) if kind == "auto" else str(kind)
 
     @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The module's output per example (``()``: one value). A regression prediction column holds it
+        flattened in C order (a number for one value): ``np.reshape(row[prediction_col], output_shape)``."""
+        return output_shape(self.network)
+
+    @property
     def is_classifier(self) -> bool:
         return self.output_kind != "regression"
 
@@ -148,7 +155,7 @@ class TorchModel(Model, ModelParams, MLWritable, MLReadable):
         session = dataset.sparkSession
         kind = self.output_kind
         fields = list(dataset.schema.fields)
-        if int(self.network.num_outputs) == 1 or kind == "multiclass":
+        if prediction_width(self.network) == 1 or kind == "multiclass":
             fields.append(StructField(self.prediction_col, DoubleType(), False))
         else:
             fields.append(StructField(self.prediction_col, ArrayType(DoubleType(), False), False))

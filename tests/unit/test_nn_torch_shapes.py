@@ -278,3 +278,24 @@ def test_a_per_example_mask_gives_the_mean_over_the_kept_examples() -> None:
     _, masked = net.compute_gradient(x, np.repeat(y[:, None], 2, axis=1), keep)
     _, kept = net.compute_gradient(x[keep == 1], np.repeat(y[keep == 1, None], 2, axis=1))
     assert masked == pytest.approx(kept, rel=1e-6)
+
+
+def test_the_network_and_the_evaluations_flatten_time_steps_the_same_way() -> None:
+    """One home for flattening: the network's evaluation rows of a (n, T, k) output with a step mask are
+    the evaluations' own time-series rows, and a (n, C, H, W) map gives one row per pixel, classes last."""
+    from psrv.nn.eval_common import flatten_time
+    from psrv.nn.torch_shapes import evaluation_rows
+
+    rng = np.random.default_rng(3)
+    labels, output = rng.random((4, 5, 3)), rng.random((4, 5, 3))
+    mask = (rng.random((4, 5)) > 0.4).astype(np.float32)
+    ours = evaluation_rows(labels, output, mask, 2)
+    theirs = flatten_time(labels, output, mask, sequence_ndim=3)
+    for a, b in zip(ours[:2], theirs[:2], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert ours[2] is None and theirs[2] is None and ours[1].shape == (int(mask.sum()), 3)
+
+    maps = rng.random((2, 3, 4, 4))
+    rows_y, rows_p, rows_m = evaluation_rows(maps, maps, np.array([1.0, 0.0]), 1)
+    np.testing.assert_array_equal(rows_p, np.moveaxis(maps[:1], 1, -1).reshape(-1, 3))
+    assert rows_m is None and rows_y.shape == (16, 3)
