@@ -220,6 +220,19 @@ def test_unfitted_pipeline_with_the_estimator_saves_and_loads(spark, tmp_path) -
     optimizer = loaded.optimizer(torch.nn.Linear(2, 2).parameters())  # the factory, by value
     assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.5
     assert isinstance(loaded.training_master, ParameterAveragingTrainingMaster)
-    model = Pipeline(stages=[VectorAssembler(inputCols=COLUMNS, outputCol="features"), loaded]).fit(
-        _frame(spark, rows=200))
-    assert len(model.stages[-1].history) == 3 and "val_accuracy" in model.stages[-1].history[-1]
+    # string labels indexed by an earlier stage: the validation fraction is split inside fit, after the
+    # StringIndexer, so validation rows carry the same label order as the training rows
+    from pyspark.ml.feature import StringIndexer
+    from pyspark.sql import functions as F
+
+    frame = _frame(spark, rows=200)
+    frame = frame.withColumn("answer", F.when(F.col("label") == 1, "yes").otherwise("no")).drop("label")
+    fast = loaded.copy({loaded.learningRate: 0.3})  # learns in 3 epochs of 200 rows
+    model = Pipeline(stages=[StringIndexer(inputCol="answer", outputCol="label"),
+                             VectorAssembler(inputCols=COLUMNS, outputCol="features"), fast]).fit(frame)
+    history = model.stages[-1].history
+    assert len(history) == 3 and "val_accuracy" in history[-1]
+    rows = model.transform(frame).select("label", "prediction").collect()
+    accuracy = float(np.mean([r["label"] == r["prediction"] for r in rows]))
+    assert accuracy > 0.6, accuracy  # it learned: the labels are balanced
+    assert abs(history[-1]["val_accuracy"] - accuracy) < 0.2, (history, accuracy)
