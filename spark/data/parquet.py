@@ -119,6 +119,8 @@ class ParquetColumns:
     num_classes: int | None = None
     source: str = "Parquet"  # what the columns belong to, in messages ("DataFrame" for mapInArrow's batches)
     binary: bool = False  # labels must be 0 or 1 (a binary loss's one output), kept as they are
+    positions: int = 1  # class indices per row (a tagger's steps, a map's pixels), one-hot per position
+    classes_last: bool = True  # where the one-hot classes go per example: last (T, k) or first (C, H, W)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -135,7 +137,10 @@ class ParquetColumns:
         parts = [_vectors(table.column(name), name, self.source) for name in self.feature_names]
         features = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         labels = _vectors(table.column(self.label_col), self.label_col, self.source)
-        if self.num_classes is not None or self.binary:
+        if self.positions > 1:
+            labels = position_one_hot(labels, int(self.num_classes or 0), self.positions, self.classes_last,
+                                      self.label_col, self.source, first_row)
+        elif self.num_classes is not None or self.binary:
             classes = 2 if self.binary else int(self.num_classes or 0)
             if labels.shape[1] != 1:
                 raise SparkInputError(
@@ -146,6 +151,29 @@ class ParquetColumns:
             if not self.binary:
                 labels = np.eye(classes, dtype=np.float32)[labels[:, 0].astype(np.int64)]
         return DataSet(features, labels)
+
+
+def position_one_hot(labels: np.ndarray, num_classes: int, positions: int, classes_last: bool, column: str,
+                     source: str, first_row: int) -> np.ndarray:
+    """(n, positions) class indices as (n, positions * num_classes) one-hot rows in the module's layout,
+    flattened: classes last ((T, k), a tagger) or first ((C, H, W), a map), as psrv.nn.torch_shapes reads a
+    flat label row. The indices are checked first, naming the column and the row."""
+    if labels.shape[1] != positions:
+        raise SparkInputError(
+            f"{source} column {column!r}: expected {positions} class indices per row (one per position), got "
+            f"{labels.shape[1]} values")
+    flat = labels.reshape(-1)
+    bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < 0) | (flat >= num_classes)
+    if flat.size and bad.any():
+        at = int(np.argmax(bad))
+        raise SparkInputError(
+            f"{source} column {column!r}: row {first_row + at // positions} of this task's input holds "
+            f"{float(flat[at])!r} at position {at % positions}; expected integral class indices in "
+            f"[0, {num_classes})")
+    one_hot = np.eye(num_classes, dtype=np.float32)[labels.astype(np.int64)]  # (n, P, k)
+    if not classes_last:
+        one_hot = np.moveaxis(one_hot, 2, 1)  # (n, k, P)
+    return np.ascontiguousarray(one_hot).reshape(len(labels), -1)
 
 
 def check_class_indices(values: np.ndarray, num_classes: int, column: str, source: str,

@@ -27,11 +27,11 @@ from psrv.spark.driver.master import TrainingMaster
 from psrv.spark.driver.network import SparkNetwork
 from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.errors import SparkConfigError
-from psrv.spark.ml.labels import check_labels
+from psrv.spark.ml.labels import check_labels, check_position_labels
 from psrv.spark.ml.model import TorchModel, check_columns
 from psrv.spark.ml.params import EstimatorParams, add_accessors, columns_of, set_from_keywords
 from psrv.spark.ml.persistence import EstimatorReader, EstimatorWriter
-from psrv.spark.ml.shapes import check_dataframe_shapes
+from psrv.spark.ml.shapes import check_dataframe_shapes, label_positions, output_shape, per_position_classes
 from psrv.spark.ml.validation import EpochEnd, split_validation, validation_metrics
 from psrv.spark.task.inference import MeanLoss
 from psrv.spark.task.row_datasets import CHUNK_ROWS, row_converter
@@ -44,10 +44,11 @@ if TYPE_CHECKING:
 __all__ = ["LearningRate", "NetworkEstimator", "TorchEstimator"]
 
 
-def _row_datasets(frame: DataFrame, feature_cols: tuple[str, ...], label_col: str,
-                  classes: int | None, binary: bool = False) -> Any:
+def _row_datasets(frame: DataFrame, columns: ParquetColumns) -> Any:
     """The fallback without pyarrow: Spark's rows, converted one by one in Python."""
-    convert = row_converter(feature_cols, label_col, classes, binary)
+    convert = row_converter(columns.feature_names, columns.label_col, columns.num_classes, columns.binary,
+                            columns.positions, columns.classes_last)
+    feature_cols, label_col = columns.feature_names, columns.label_col
     return frame.select(*feature_cols, label_col).rdd.mapPartitions(convert)
 
 
@@ -117,29 +118,41 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         raise NotImplementedError
 
     # -- data ---------------------------------------------------------------------------------------
-    def _as_rdd(self, frame: DataFrame, semantics: OutputSemantics, outputs: int) -> Any:
+    def _as_rdd(self, frame: DataFrame, semantics: OutputSemantics, outputs: int,
+                per_position: tuple[int, int, bool] | None = None) -> Any:
         """DataSets from the DataFrame, read as Arrow batches in the tasks: a plain Parquet scan by the
-        tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow."""
+        tasks from its files, any other DataFrame through ``mapInArrow``; rows only without pyarrow.
+        ``per_position``: (positions, classes, classes_last) of a per-position classifier's labels."""
         classes = outputs if semantics.kind == "multiclass" else None
         binary = semantics.kind == "binary" and outputs == 1
         columns = ParquetColumns(self.feature_cols, self.label_col, classes, binary=binary)
+        if per_position is not None:
+            positions, classes, last = per_position
+            columns = dataclasses.replace(columns, num_classes=classes, positions=positions,
+                                          classes_last=last)
         rdd, path = parquet_datasets(frame, columns, rows=CHUNK_ROWS), "parquet"
         if rdd is None:
             rdd = arrow_datasets(frame, dataclasses.replace(columns, source="DataFrame"), rows=CHUNK_ROWS)
             path = "arrow"
         if rdd is None:
-            rdd, path = _row_datasets(frame, self.feature_cols, self.label_col, classes, binary), "rows"
-        rdd._psrv_source_key = ("ml", _plan_hash(frame), self.feature_cols, self.label_col, classes, binary)
+            rdd, path = _row_datasets(frame, columns), "rows"
+        rdd._psrv_source_key = ("ml", _plan_hash(frame), self.feature_cols, self.label_col, classes, binary,
+                                per_position)
         self.last_input_path = path
         return rdd
 
     def _check_frame(self, frame: DataFrame, semantics: OutputSemantics, outputs: int,
-                     what: str = "") -> None:
+                     what: str = "", per_position: tuple[int, int, bool] | None = None,
+                     shape: tuple[int, ...] = ()) -> None:
         check_columns(frame, self.feature_cols, "featuresCol")
         check_columns(frame, (self.label_col,), "labelCol")
         if self.label_col in self.feature_cols:
             raise SparkConfigError(
                 f"labelCol {self.label_col!r} is also one of featuresCol {self.feature_cols}")
+        if per_position is not None:
+            described = "(" + ", ".join(str(d) for d in ("n", *shape)) + ")"
+            check_position_labels(frame, self.label_col, per_position[0], per_position[1], described, what)
+            return
         kind = semantics.kind if semantics.kind == "multiclass" or outputs == 1 else "regression"
         check_labels(frame, self.label_col, kind, outputs if kind == "multiclass" else 2, what)
 
@@ -151,13 +164,20 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 raise SparkConfigError(
                     f"workers_per_node={workers_per_node} is for the default training master; this estimator "
                     f"was given {type(self.training_master).__name__}: set workers_per_node on it instead")
+            if self.isSet("storageLevel"):
+                raise SparkConfigError(
+                    f"storage_level={self.getOrDefault('storageLevel')!r} is for the default training "
+                    f"master; this estimator was given {type(self.training_master).__name__}: set "
+                    "storage_level on it instead")
             return self.training_master
         config = VoidConfiguration()
         port = self._optional("controllerPort")
         if port is not None:
             config = dataclasses.replace(config, unicast_port=int(port))
+        level = self._optional("storageLevel")
+        kept = {} if level is None else {"storage_level": None if level == "NONE" else level}
         return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")),
-                                    workers_per_node=workers_per_node)
+                                    workers_per_node=workers_per_node, **kept)
 
     # -- fit ----------------------------------------------------------------------------------------
     def _fit(self, dataset: DataFrame) -> TorchModel:
@@ -168,9 +188,11 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         check_dataframe_shapes(network, semantics)
         seed = self._optional("seed")
         validation = self._optional("validation")
-        self._check_frame(dataset, semantics, outputs)  # the validation rows too, unless a frame of their own
+        per_position = label_positions(network) if per_position_classes(network, semantics.kind) else None
+        checks = {"per_position": per_position, "shape": output_shape(network)}
+        self._check_frame(dataset, semantics, outputs, **checks)  # the validation rows too, unless their own
         if hasattr(validation, "schema"):
-            self._check_frame(validation, semantics, outputs, "the validation DataFrame")
+            self._check_frame(validation, semantics, outputs, "the validation DataFrame", **checks)
         train, held_out = split_validation(dataset, validation, int(seed) if seed is not None else 0)
         master = self._master()
         spark_net = SparkNetwork(dataset.sparkSession.sparkContext, network, master)
@@ -178,7 +200,8 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                            prediction_col=self.getOrDefault("predictionCol"),
                            probability_col=self.getOrDefault("probabilityCol"), output_kind=semantics.kind)
 
-        held_out_sets = self._as_rdd(held_out, semantics, outputs) if held_out is not None else None
+        held_out_sets = (self._as_rdd(held_out, semantics, outputs, per_position)
+                         if held_out is not None else None)
 
         def score() -> dict[str, float]:
             classes = outputs if semantics.kind == "multiclass" else 2
@@ -192,7 +215,8 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         epoch_end = EpochEnd(score=score if held_out is not None else None, master=master, network=network,
                              epochs=epochs, callbacks=self.callbacks)
         run_id = self._optional("runId")
-        spark_net.fit(self._as_rdd(train, semantics, outputs), epochs=epochs, callbacks=[epoch_end],
+        spark_net.fit(self._as_rdd(train, semantics, outputs, per_position), epochs=epochs,
+                      callbacks=[epoch_end],
                       checkpoint_dir=self._optional("checkpointDir"),
                       resume=bool(self.getOrDefault("resume")),
                       loggers=self.loggers, **({"run_id": run_id} if run_id else {}))

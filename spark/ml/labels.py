@@ -12,7 +12,7 @@ from psrv.spark.errors import SparkInputError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["check_labels", "frame_kind"]
+__all__ = ["check_labels", "check_position_labels", "frame_kind", "position_label_problem"]
 
 
 def frame_kind(frame: DataFrame) -> str:
@@ -86,3 +86,58 @@ def _first_bad_row(frame: DataFrame, label_col: str, num_classes: int) -> tuple[
         return None, None
     (row_value,), index = found[0]
     return int(index), row_value
+
+
+def position_label_problem(value: Any, positions: int, num_classes: int) -> str | None:
+    """What is wrong with one row's per-position label (None: nothing), for messages: its length, or the
+    first position whose value is not an integral class index in ``[0, num_classes)``."""
+    import math
+
+    if value is None:
+        return "a null"
+    values = list(value.toArray()) if hasattr(value, "toArray") else list(value)
+    if len(values) != positions:
+        return f"{len(values)} values"
+    for at, v in enumerate(values):
+        number = math.nan if v is None else float(v)
+        if math.isnan(number) or number != math.floor(number) or not 0 <= number < num_classes:
+            return f"{v!r} at position {at}"
+    return None
+
+
+def check_position_labels(frame: DataFrame, label_col: str, positions: int, num_classes: int, shape: str,
+                          what: str = "") -> None:
+    """Refuse a label column a per-position classifier cannot take: anything but arrays (or ML Vectors) of
+    ``positions`` integral class indices in ``[0, num_classes)``; its type from the schema, its values with
+    one query for a bad row (``shape`` describes the module's output, for messages)."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, NumericType
+
+    where = what or f"the {frame_kind(frame)}"
+    expected = (f"an array of {positions} class indices in [0, {num_classes}) per row (one per position of "
+                f"the module's output {shape} without its class axis, flattened in C order)")
+    data_type = frame.schema[label_col].dataType
+    is_vector = isinstance(data_type, VectorUDT)
+    numbers = isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType)
+    if not is_vector and not numbers:
+        raise SparkInputError(
+            f"label column {label_col!r} of {where} holds {_type_name(frame, label_col)}; a class loss per "
+            f"position needs {expected}. Fix: build the column with F.array(...) or collect the positions' "
+            "indices into one array per row")
+    column = vector_to_array(F.col(label_col)) if is_vector else F.col(label_col)
+
+    def bad_value(v: Any) -> Any:
+        d = v.cast("double")
+        return d.isNull() | F.isnan(d) | (d != F.floor(d)) | (d < 0) | (d >= num_classes)
+
+    bad = column.isNull() | (F.size(column) != positions) | F.exists(column, bad_value)
+    found = frame.select(F.col(label_col)).where(bad).limit(1).collect()
+    if not found:
+        return
+    problem = position_label_problem(found[0][0], positions, num_classes)
+    raise SparkInputError(
+        f"label column {label_col!r} of {where}: a row holds {problem}; a class loss per position needs "
+        f"{expected}. Fix: give every row one class index per position (pad or cut sequences to that "
+        "length), or index the classes 0..k-1")

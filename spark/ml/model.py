@@ -19,7 +19,7 @@ from psrv.spark.data.parquet import pyarrow_available
 from psrv.spark.errors import SparkInputError
 from psrv.spark.ml.params import ModelParams, add_accessors, columns_of, set_from_keywords
 from psrv.spark.ml.persistence import ModelReader, ModelWriter, model_record, read_model_file
-from psrv.spark.ml.shapes import output_shape, prediction_width
+from psrv.spark.ml.shapes import output_shape, single_prediction
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.task.prediction import ArrowPredictor, row_predictor
 from pyspark.ml import Model
@@ -68,7 +68,7 @@ def _arrow_transform(model: TorchModel, dataset: DataFrame, broadcast: Any, kind
 
         if not pyarrow_available():
             return None
-        single = prediction_width(model.network) == 1 or kind == "multiclass"
+        single = single_prediction(model.network, kind)
         schema = "prediction double" if single else "prediction array<double>"
         if kind != "regression":
             schema += ", probability array<double>"
@@ -131,7 +131,10 @@ class TorchModel(Model, ModelParams, MLWritable, MLReadable):
     @property
     def output_shape(self) -> tuple[int, ...]:
         """The module's output per example (``()``: one value). A regression prediction column holds it
-        flattened in C order (a number for one value): ``np.reshape(row[prediction_col], output_shape)``."""
+        flattened in C order (a number for one value): ``np.reshape(row[prediction_col], output_shape)``.
+        A classifier per position ((T, k), (C, H, W)) predicts one class per position: its prediction column
+        is ``psrv.nn.torch_shapes.positions(output_shape)`` flattened ((T,), (H, W)), its probability column
+        the output in this shape flattened."""
         return output_shape(self.network)
 
     @property
@@ -155,7 +158,7 @@ class TorchModel(Model, ModelParams, MLWritable, MLReadable):
         session = dataset.sparkSession
         kind = self.output_kind
         fields = list(dataset.schema.fields)
-        if prediction_width(self.network) == 1 or kind == "multiclass":
+        if single_prediction(self.network, kind):
             fields.append(StructField(self.prediction_col, DoubleType(), False))
         else:
             fields.append(StructField(self.prediction_col, ArrayType(DoubleType(), False), False))

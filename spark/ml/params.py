@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from psrv.spark.data.storage_level import STORAGE_LEVELS
 from psrv.spark.errors import SparkConfigError
+from pyspark import StorageLevel
 from pyspark.ml.param import Param, Params, TypeConverters
 
 __all__ = ["SNAKE_CASE", "EstimatorParams", "ModelParams", "add_accessors", "columns_of", "set_from_keywords",
@@ -54,6 +56,18 @@ def _to_kind(value: Any) -> Any:
     if value in ("auto", "multiclass", "binary", "regression"):
         return value
     raise TypeError(f"outputKind: expected 'auto', 'multiclass', 'binary' or 'regression', got {value!r}")
+
+
+def _to_storage_level(value: Any) -> Any:
+    """A storage level's name (``MEMORY_AND_DISK``; a pyspark ``StorageLevel`` becomes its name), or
+    ``"NONE"`` for no caching: a name, so a saved stage records it as JSON."""
+    if isinstance(value, str) and value.upper() in (*STORAGE_LEVELS, "NONE"):
+        return value.upper()
+    if value is not None and not isinstance(value, str):
+        for name in STORAGE_LEVELS:
+            if getattr(StorageLevel, name, None) == value:
+                return name
+    raise TypeError(f"storageLevel: expected one of {STORAGE_LEVELS} or 'NONE' (no caching), got {value!r}")
 
 
 def _to_port(value: Any) -> Any:
@@ -121,6 +135,10 @@ class EstimatorParams(ModelParams):
     workersPerNode = _param("workersPerNode", "local workers behind each Spark task's one mesh member (one "
                             "per GPU the task holds, else threads) for the default training master",
                             _positive("workersPerNode"))
+    storageLevel = _param("storageLevel", "how the default training master keeps the data between epochs "
+                          "(rdd_training_approach 'direct'): a StorageLevel name such as MEMORY_AND_DISK, or "
+                          "NONE to recompute each epoch (unset: the master's default, MEMORY_ONLY)",
+                          _to_storage_level)
 
     def __init__(self) -> None:
         super().__init__()
@@ -135,7 +153,7 @@ SNAKE_CASE = {
     "learning_rate": "learningRate", "validation": "validation", "seed": "seed",
     "checkpoint_dir": "checkpointDir", "resume": "resume", "run_id": "runId",
     "controller_port": "controllerPort", "output_activation": "outputActivation", "output_kind": "outputKind",
-    "workers_per_node": "workersPerNode",
+    "workers_per_node": "workersPerNode", "storage_level": "storageLevel",
 }
 
 

@@ -6,9 +6,13 @@ vector ``(k,)`` or any array (``(T,)``, ``(T, k)``, ``(C, H, W)``) trains from a
 values flattened in C order (an array or Vector of ``prod(shape)`` numbers; a number for ``()``) with a
 regression loss, and ``TorchModel.transform`` writes the module's output flattened the same way (a
 number for one value, else an array; ``TorchModel.output_shape`` is the shape to reshape it to).
-Per-position classes (a tagger's ``(T, k)`` logits under CrossEntropyLoss, a segmentation map's classes)
-need one class index per position, which a label column of one value per row cannot give: they are
-refused before training, with the way that works (``SparkNetwork`` with DataSets).
+Per-position classes (a tagger's ``(T, k)`` logits, a segmentation map's ``(C, H, W)`` under
+CrossEntropyLoss or NLLLoss) train from a label column of one class index per position: an array (or Vector)
+of ``prod(positions)`` integral values in ``[0, k)``, the output's shape without its class axis flattened in
+C order (``T`` for a tagger, ``H*W`` for a map; psrv.nn.torch_shapes says where the class axis is). The
+prediction column is then the per-position argmax as a flat array of those positions, the probability
+column the activated output (per-position class probabilities) flattened in the module's layout. A binary
+loss per position (multi-label per position) is refused before training.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from typing import Any
 import numpy as np
 from psrv.nn.output_semantics import OutputSemantics
 from psrv.nn.torch_adapter import TorchNetwork
+from psrv.nn.torch_shapes import class_axis, positions
 from psrv.spark.errors import SparkConfigError
 
-__all__ = ["check_dataframe_shapes", "output_shape", "prediction_width"]
+__all__ = ["check_dataframe_shapes", "label_positions", "output_shape", "per_position_classes",
+           "prediction_width", "single_prediction"]
 
 
 def output_shape(network: Any) -> tuple[int, ...]:
@@ -34,6 +40,27 @@ def output_shape(network: Any) -> tuple[int, ...]:
 def prediction_width(network: Any) -> int:
     """How many numbers the module's output has per example (the length of a flattened prediction)."""
     return int(np.prod(output_shape(network), dtype=np.int64))
+
+
+def per_position_classes(network: Any, kind: str) -> bool:
+    """Whether the module predicts classes per position: a class loss on more than one axis per example."""
+    return kind != "regression" and len(output_shape(network)) > 1
+
+
+def label_positions(network: Any) -> tuple[int, int, bool]:
+    """(positions, classes, classes_last) of a per-position classifier: how many class indices a label row
+    holds, how many classes, and whether the class axis is the last (a tagger) or the first (a map)."""
+    shape = output_shape(network)
+    axis = class_axis(shape)
+    assert axis is not None
+    return int(np.prod(positions(shape), dtype=np.int64)), int(shape[axis - 1]), axis == len(shape)
+
+
+def single_prediction(network: Any, kind: str) -> bool:
+    """Whether the prediction column holds one number per row (else an array)."""
+    if per_position_classes(network, kind):
+        return False
+    return prediction_width(network) == 1 or kind == "multiclass"
 
 
 def _described(shape: tuple[Any, ...]) -> str:
@@ -53,11 +80,11 @@ def check_dataframe_shapes(network: Any, semantics: OutputSemantics) -> None:
             "(input_shape=(T, f) for array columns of T*f values, padded), or train sequences of varying "
             "length with SparkNetwork.fit on DataSets (psrv.spark.data.sequences_to_datasets)")
     shape = output_shape(network)
-    if semantics.kind != "regression" and len(shape) > 1:
+    if semantics.kind == "binary" and len(shape) > 1:
         raise SparkConfigError(
-            f"the module outputs {_described(shape)} and {semantics.source} means classes along an axis of "
-            "each example (per step or per pixel); a DataFrame's label column holds one value per row, "
-            "not one class index per position. Fix: train it with SparkNetwork.fit on DataSets (labels of "
-            f"shape {_described(shape[:-1] if len(shape) == 2 else shape[1:])} as class indices, e.g. from "
-            "psrv.spark.data.sequences_to_datasets), or use a regression loss (MSELoss) on an array label "
-            f"column of {int(np.prod(shape))} values per row (the target flattened in C order)")
+            f"the module outputs {_described(shape)} and {semantics.source} means independent yes/no labels "
+            "at every position (multi-label per position), which TorchEstimator does not train from a "
+            "DataFrame. Fix: for one class per position use CrossEntropyLoss with a label column of "
+            f"{int(np.prod(positions(shape)))} class indices per row; for values use a regression loss "
+            f"(MSELoss) on an array label column of {int(np.prod(shape))} values per row; or train it with "
+            "SparkNetwork.fit on DataSets")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from psrv.nn.torch_shapes import class_axis
 from psrv.spark.data.batching import chunked
 from psrv.spark.data.parquet import _vectors
 from psrv.spark.task.row_datasets import CHUNK_ROWS, row_features
@@ -22,8 +23,15 @@ def scores(out: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(prediction, probability) of an activated (n, k) output, as its kind predicts
     (psrv.nn.output_semantics): multiclass the argmax and the output; binary of one column ``p >= 0.5`` and
     ``[1 - p, p]``, of several (multi-label) each column thresholded and the output; regression the output
-    (one column: a value per row) and no probability."""
-    out = np.asarray(out, dtype=np.float64).reshape(len(out), -1)
+    (one column: a value per row) and no probability. A class output with positions ((n, T, k), (n, C, H, W):
+    classes per step or pixel) predicts the argmax per position, flattened (n, positions), with the output
+    flattened as its probability."""
+    out = np.asarray(out, dtype=np.float64)
+    if kind == "multiclass" and out.ndim > 2:
+        axis = class_axis(tuple(out.shape[1:]))
+        chosen = np.argmax(out, axis=axis).astype(np.float64).reshape(len(out), -1)
+        return chosen, out.reshape(len(out), -1)
+    out = out.reshape(len(out), -1)
     if kind == "multiclass":
         return np.argmax(out, axis=1).astype(np.float64), out
     if kind == "binary":

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from psrv.nn.data import DataSet
 from psrv.spark.data.batching import chunked
-from psrv.spark.data.parquet import check_class_indices
+from psrv.spark.data.parquet import check_class_indices, position_one_hot
 from psrv.spark.errors import SparkInputError
 
 __all__ = ["CHUNK_ROWS", "row_converter", "row_features"]
@@ -40,16 +40,25 @@ def row_features(row: Any, columns: Sequence[str]) -> np.ndarray:
 
 
 def row_converter(feature_cols: tuple[str, ...], label_col: str, num_classes: int | None,
-                  binary: bool = False) -> Any:
+                  binary: bool = False, positions: int = 1, classes_last: bool = True) -> Any:
     """A ``mapPartitions`` function: rows to DataSets of ``CHUNK_ROWS`` examples (labels one-hot where
-    ``num_classes`` is given, 0/1 kept as they are where ``binary``; either checked to be class indices)."""
+    ``num_classes`` is given, 0/1 kept as they are where ``binary``; either checked to be class indices;
+    ``positions`` > 1: that many class indices per row, one-hot per position as
+    ``psrv.spark.data.parquet.position_one_hot`` lays them out)."""
 
     def convert(rows: Iterator[Any]) -> Iterator[Any]:
         first_row = 0
         for chunk in chunked(rows, CHUNK_ROWS):
             x = np.stack([row_features(r, feature_cols) for r in chunk])
             labels = [_values(r[label_col], label_col) for r in chunk]
-            if num_classes is not None or binary:
+            if positions > 1:
+                lengths = {v.shape[0] for v in labels}
+                if len(lengths) > 1:
+                    raise SparkInputError(f"DataFrame column {label_col!r}: expected {positions} class "
+                                          f"indices per row, got lengths {sorted(lengths)}")
+                y = position_one_hot(np.stack(labels), int(num_classes or 0), positions, classes_last,
+                                     label_col, "DataFrame", first_row)
+            elif num_classes is not None or binary:
                 if any(v.shape[0] != 1 for v in labels):
                     raise SparkInputError(f"DataFrame column {label_col!r}: expected one class index per row")
                 values = np.array([v[0] for v in labels], dtype=np.float64)

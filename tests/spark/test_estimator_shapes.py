@@ -1,8 +1,10 @@
 """TorchEstimator / TorchModel with outputs of more than one number per row: a scalar regression head
 ``(n,)`` and a small segmentation model ``(n, C, H, W)`` train from DataFrame array columns and predict in
 the module's own shape (the prediction column flattened in C order, ``TorchModel.output_shape`` to
-reshape it), equal to the trained module's own output on the same rows; what a DataFrame cannot train
-(per-position classes, varying lengths) is refused on the driver before any job."""
+reshape it), equal to the trained module's own output on the same rows; a tagger trains from an array
+label column of one class index per step and predicts the argmax per step, equal to the trained module's
+own, and so does a segmentation classifier from H*W class indices per row; a label column of the wrong
+length, and varying lengths, are refused on the driver before training."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from psrv.spark import ParameterAveragingTrainingMaster  # noqa: E402
-from psrv.spark.errors import SparkConfigError  # noqa: E402
+from psrv.spark.errors import SparkConfigError, SparkInputError  # noqa: E402
 from psrv.spark.ml import TorchEstimator  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -40,6 +42,17 @@ class Segmenter(torch.nn.Module):
         return self.conv(x)
 
 
+class Tagger(torch.nn.Module):
+    """(n, 5, 3) steps -> (n, 5, 3) class scores per step (classes last)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
 def _estimator(module, loss, input_shape) -> TorchEstimator:
     torch.manual_seed(0)
     return TorchEstimator(module, loss, optimizer=lambda ps: torch.optim.Adam(ps, lr=0.1),
@@ -53,7 +66,7 @@ def _module_output(model, x: np.ndarray) -> np.ndarray:
         return model.getModel()(torch.from_numpy(x)).numpy()
 
 
-def test_a_scalar_head_and_a_segmentation_model_predict_in_their_own_shape(spark) -> None:
+def test_array_outputs_and_classes_per_position_predict_in_the_modules_shape(spark) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(ROWS, 3)).astype(np.float32)
     y = x @ np.array([1.5, -2.0, 0.5], dtype=np.float32) + 0.3
@@ -70,8 +83,10 @@ def test_a_scalar_head_and_a_segmentation_model_predict_in_their_own_shape(spark
     images = rng.random((ROWS, 1, 6, 6)).astype(np.float32)
     bright = (images[:, 0] > 0.5).astype(np.float32)
     targets = np.stack([1.0 - bright, bright], axis=1)  # (n, 2, 6, 6), flattened into the label column
-    pixels = spark.createDataFrame([(images[i].reshape(-1).tolist(), targets[i].reshape(-1).tolist())
-                                    for i in range(ROWS)], ["features", "label"])
+    classes = bright.reshape(ROWS, -1).astype(np.int64)  # (n, H*W): a class index per pixel
+    pixels = spark.createDataFrame([(images[i].reshape(-1).tolist(), targets[i].reshape(-1).tolist(),
+                                     classes[i].tolist()) for i in range(ROWS)],
+                                   ["features", "label", "classes"])
     segmenter = _estimator(Segmenter(), torch.nn.MSELoss(), (1, 6, 6)).fit(pixels.repartition(2))
     assert segmenter.output_shape == (2, 6, 6)
     rows = segmenter.transform(pixels).select("features", "prediction").collect()
@@ -81,7 +96,34 @@ def test_a_scalar_head_and_a_segmentation_model_predict_in_their_own_shape(spark
     truth = (inputs[:, 0] > 0.5).astype(np.int64)
     assert float(np.mean(maps.argmax(axis=1) == truth)) > 0.75
 
-    with pytest.raises(SparkConfigError, match=r"one class index per position.*SparkNetwork.fit"):
+    steps = rng.normal(size=(ROWS, 5, 3)).astype(np.float32)
+    tags = steps.argmax(axis=2)  # (n, 5): one class index per step
+    tagged = spark.createDataFrame([(steps[i].reshape(-1).tolist(), tags[i].tolist()) for i in range(ROWS)],
+                                   ["features", "label"])
+    tagger = _estimator(Tagger(), torch.nn.CrossEntropyLoss(), (5, 3)).setParams(epochs=3, validation=0.25)
+    model = tagger.fit(tagged.repartition(2))
+    assert model.output_shape == (5, 3) and "val_loss" in model.history[-1]
+    rows = model.transform(tagged).select("features", "label", "prediction", "probability").collect()
+    inputs = np.array([r["features"] for r in rows], dtype=np.float32).reshape(-1, 5, 3)
+    logits = _module_output(model, inputs)
+    predicted = np.array([r["prediction"] for r in rows])  # (n, 5): the argmax per step, flat
+    np.testing.assert_array_equal(predicted, logits.argmax(axis=2))
+    probability = np.array([r["probability"].toArray() for r in rows]).reshape(-1, 5, 3)
+    np.testing.assert_allclose(probability, torch.softmax(torch.from_numpy(logits), 2).numpy(), atol=1e-5)
+    truth = np.array([r["label"] for r in rows])
+    assert float(np.mean(predicted == truth)) > 0.5  # 1/3 by chance
+
+    classifier = _estimator(Segmenter(), torch.nn.CrossEntropyLoss(), (1, 6, 6)).setParams(
+        epochs=2, labelCol="classes").fit(pixels.repartition(2))
+    rows = classifier.transform(pixels).select("features", "prediction", "probability").collect()
+    inputs = np.array([r["features"] for r in rows], dtype=np.float32).reshape(-1, 1, 6, 6)
+    logits = _module_output(classifier, inputs)  # (n, 2, 6, 6): classes first
+    np.testing.assert_array_equal(np.array([r["prediction"] for r in rows]),
+                                  logits.argmax(axis=1).reshape(-1, 36))  # H*W classes per row, C order
+    assert np.array(rows[0]["probability"].toArray()).shape == (72,)
+
+    wrong_length = r"'label'.*a row holds 72 values.*36 class indices.*\(n, 2, 6, 6\)"
+    with pytest.raises(SparkInputError, match=wrong_length):  # one-hot maps, not class indices
         _estimator(Segmenter(), torch.nn.CrossEntropyLoss(), (1, 6, 6)).fit(pixels)
     with pytest.raises(SparkConfigError, match=r"input_shape \(None, 3\).*SparkNetwork.fit"):
         _estimator(torch.nn.Linear(3, 2), torch.nn.MSELoss(), (None, 3)).fit(frame)

@@ -55,3 +55,22 @@ def test_learning_rate_reaches_every_group_and_the_file_form() -> None:
 class _NoLr(torch.optim.Optimizer):
     def __init__(self, params) -> None:
         super().__init__(params, {"momentum": 0.0})
+
+
+def test_storage_level_reaches_the_default_master_and_is_refused_for_a_given_one() -> None:
+    from psrv.spark import SharedTrainingMaster
+    from pyspark import StorageLevel
+
+    assert _estimator()._master().storage_level == StorageLevel.MEMORY_ONLY  # unset: the master's default
+    estimator = _estimator(storage_level="memory_and_disk")
+    assert estimator.getStorageLevel() == "MEMORY_AND_DISK"
+    assert estimator._master().storage_level == StorageLevel.MEMORY_AND_DISK
+    assert _estimator(storageLevel="NONE")._master().storage_level is None  # recomputed each epoch
+    assert _estimator(storage_level=StorageLevel.DISK_ONLY).getStorageLevel() == "DISK_ONLY"  # JSON-able
+    copied = estimator.copy({estimator.storageLevel: "DISK_ONLY"})
+    assert copied._master().storage_level == StorageLevel.DISK_ONLY
+    with pytest.raises(SparkConfigError, match="storageLevel: expected one of"):
+        _estimator(storage_level="MEMORY_SOMETIMES")
+    given = _estimator(storage_level="DISK_ONLY", training_master=SharedTrainingMaster())
+    with pytest.raises(SparkConfigError, match="set storage_level on it instead"):
+        given._master()
