@@ -157,10 +157,24 @@ def position_one_hot(labels: np.ndarray, num_classes: int, positions: int, class
                      source: str, first_row: int) -> np.ndarray:
     """(n, positions) class indices as (n, positions * num_classes) one-hot rows in the module's layout,
     flattened: classes last ((T, k), a tagger) or first ((C, H, W), a map), as psrv.nn.torch_shapes reads a
-    flat label row. The indices are checked first, naming the column and the row."""
+    flat label row. Rows that already hold the output's whole shape (one-hot or class probabilities per
+    position, in that layout) are kept as they are. The values are checked first, naming the column and
+    the row."""
+    full = positions * num_classes
+    if labels.shape[1] == full:  # the module's own shape, flattened: probabilities per element
+        values = np.ascontiguousarray(labels, dtype=np.float32)
+        bad = ~np.isfinite(values) | (values < 0) | (values > 1)
+        if values.size and bad.any():
+            at = int(np.argmax(bad.reshape(-1)))
+            raise SparkInputError(
+                f"{source} column {column!r}: row {first_row + at // full} of this task's input holds "
+                f"{float(values.reshape(-1)[at])!r} at element {at % full}; a row of {full} values is read "
+                "as one-hot or class probabilities per position, in [0, 1]")
+        return values
     if labels.shape[1] != positions:
         raise SparkInputError(
-            f"{source} column {column!r}: expected {positions} class indices per row (one per position), got "
+            f"{source} column {column!r}: expected {positions} class indices per row (one per position), "
+            f"or {full} one-hot or probability values (the output's shape, flattened), got "
             f"{labels.shape[1]} values")
     flat = labels.reshape(-1)
     bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < 0) | (flat >= num_classes)

@@ -90,12 +90,19 @@ def _first_bad_row(frame: DataFrame, label_col: str, num_classes: int) -> tuple[
 
 def position_label_problem(value: Any, positions: int, num_classes: int) -> str | None:
     """What is wrong with one row's per-position label (None: nothing), for messages: its length, or the
-    first position whose value is not an integral class index in ``[0, num_classes)``."""
+    first position whose value is not an integral class index in ``[0, num_classes)`` (a row of
+    ``positions * num_classes`` values: the first not a probability in [0, 1])."""
     import math
 
     if value is None:
         return "a null"
     values = list(value.toArray()) if hasattr(value, "toArray") else list(value)
+    if len(values) == positions * num_classes:
+        for at, v in enumerate(values):
+            number = math.nan if v is None else float(v)
+            if math.isnan(number) or not 0 <= number <= 1:
+                return f"{v!r} at element {at} (not a probability in [0, 1])"
+        return None
     if len(values) != positions:
         return f"{len(values)} values"
     for at, v in enumerate(values):
@@ -117,7 +124,8 @@ def check_position_labels(frame: DataFrame, label_col: str, positions: int, num_
 
     where = what or f"the {frame_kind(frame)}"
     expected = (f"an array of {positions} class indices in [0, {num_classes}) per row (one per position of "
-                f"the module's output {shape} without its class axis, flattened in C order)")
+                f"the module's output {shape} without its class axis, flattened in C order), or of "
+                f"{positions * num_classes} one-hot or probability values (the output's shape, flattened)")
     data_type = frame.schema[label_col].dataType
     is_vector = isinstance(data_type, VectorUDT)
     numbers = isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType)
@@ -132,7 +140,15 @@ def check_position_labels(frame: DataFrame, label_col: str, positions: int, num_
         d = v.cast("double")
         return d.isNull() | F.isnan(d) | (d != F.floor(d)) | (d < 0) | (d >= num_classes)
 
-    bad = column.isNull() | (F.size(column) != positions) | F.exists(column, bad_value)
+    def bad_probability(v: Any) -> Any:
+        d = v.cast("double")
+        return d.isNull() | F.isnan(d) | (d < 0) | (d > 1)
+
+    full = positions * num_classes
+    size = F.size(column)
+    bad = (column.isNull() | ((size != positions) & (size != full))
+           | ((size == positions) & F.exists(column, bad_value))
+           | ((size == full) & F.exists(column, bad_probability)))
     found = frame.select(F.col(label_col)).where(bad).limit(1).collect()
     if not found:
         return

@@ -44,7 +44,7 @@ def row_converter(feature_cols: tuple[str, ...], label_col: str, num_classes: in
     """A ``mapPartitions`` function: rows to DataSets of ``CHUNK_ROWS`` examples (labels one-hot where
     ``num_classes`` is given, 0/1 kept as they are where ``binary``; either checked to be class indices;
     ``positions`` > 1: that many class indices per row, one-hot per position as
-    ``psrv.spark.data.parquet.position_one_hot`` lays them out)."""
+    ``psrv.spark.data.parquet.position_one_hot`` lays them out, or rows of the output's whole shape)."""
 
     def convert(rows: Iterator[Any]) -> Iterator[Any]:
         first_row = 0
@@ -55,7 +55,8 @@ def row_converter(feature_cols: tuple[str, ...], label_col: str, num_classes: in
                 lengths = {v.shape[0] for v in labels}
                 if len(lengths) > 1:
                     raise SparkInputError(f"DataFrame column {label_col!r}: expected {positions} class "
-                                          f"indices per row, got lengths {sorted(lengths)}")
+                                          f"indices per row (or the output's whole shape) in every row, got "
+                                          f"lengths {sorted(lengths)}")
                 y = position_one_hot(np.stack(labels), int(num_classes or 0), positions, classes_last,
                                      label_col, "DataFrame", first_row)
             elif num_classes is not None or binary:

@@ -122,8 +122,18 @@ def test_array_outputs_and_classes_per_position_predict_in_the_modules_shape(spa
                                   logits.argmax(axis=1).reshape(-1, 36))  # H*W classes per row, C order
     assert np.array(rows[0]["probability"].toArray()).shape == (72,)
 
-    wrong_length = r"'label'.*a row holds 72 values.*36 class indices.*\(n, 2, 6, 6\)"
-    with pytest.raises(SparkInputError, match=wrong_length):  # one-hot maps, not class indices
-        _estimator(Segmenter(), torch.nn.CrossEntropyLoss(), (1, 6, 6)).fit(pixels)
+    one_hot = _estimator(Segmenter(), torch.nn.CrossEntropyLoss(), (1, 6, 6)).setParams(epochs=1).fit(
+        pixels.repartition(2))  # labels of the output's whole shape: one-hot maps (n, 2, 6, 6), flat
+    rows = one_hot.transform(pixels).select("features", "prediction").collect()
+    inputs = np.array([r["features"] for r in rows], dtype=np.float32).reshape(-1, 1, 6, 6)
+    np.testing.assert_array_equal(np.array([r["prediction"] for r in rows]),
+                                  _module_output(one_hot, inputs).argmax(axis=1).reshape(-1, 36))
+
+    from pyspark.sql import functions as F
+
+    cut = pixels.withColumn("cut", F.slice("label", 1, 50))
+    wrong_length = r"'cut'.*a row holds 50 values.*36 class indices.*\(n, 2, 6, 6\).*or of 72"
+    with pytest.raises(SparkInputError, match=wrong_length):
+        _estimator(Segmenter(), torch.nn.CrossEntropyLoss(), (1, 6, 6)).setParams(labelCol="cut").fit(cut)
     with pytest.raises(SparkConfigError, match=r"input_shape \(None, 3\).*SparkNetwork.fit"):
         _estimator(torch.nn.Linear(3, 2), torch.nn.MSELoss(), (None, 3)).fit(frame)

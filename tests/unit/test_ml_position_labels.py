@@ -60,8 +60,32 @@ def test_one_hot_rows_are_what_torch_shapes_reads_from_class_indices(module, sha
     np.testing.assert_array_equal(dataset.labels, flat)
 
 
+@pytest.mark.parametrize(("module", "shape", "layout"), [
+    (Tagger(), (4, 3), (4, 2, True)), (Segmenter(), (1, 2, 3), (6, 3, False))])
+def test_rows_of_the_outputs_whole_shape_are_kept_as_torch_shapes_reads_them(module, shape, layout) -> None:
+    network = _network(module, shape)
+    positions, classes, last = layout
+    out_shape = tuple(network.layout.output_shapes[0])
+    rng = np.random.default_rng(2)
+    soft = rng.random((5, *out_shape)).astype(np.float32)  # class probabilities per position, any layout
+    flat = soft.reshape(5, -1)
+    kept = position_one_hot(flat, classes, positions, last, "tags", "DataFrame", 0)
+    np.testing.assert_array_equal(kept, flat)
+    np.testing.assert_array_equal(prepare_labels(kept, 5, out_shape, np.dtype(np.float32)), soft)
+    rows = [{"f": [0.0] * int(np.prod(shape)), "tags": flat[i].tolist()} for i in range(5)]
+    (dataset,) = row_converter(("f",), "tags", classes, False, positions, last)(iter(rows))
+    np.testing.assert_array_equal(dataset.labels, flat)
+    assert position_label_problem(flat[0].tolist(), positions, classes) is None
+    flat[3, 4] = 1.5
+    with pytest.raises(SparkInputError, match=r"row 3 .* holds 1.5 at element 4.*probabilities"):
+        position_one_hot(flat, classes, positions, last, "tags", "DataFrame", 0)
+    assert position_label_problem(flat[3].tolist(), positions, classes) == \
+        "1.5 at element 4 (not a probability in [0, 1])"
+
+
 def test_a_wrong_length_or_a_bad_index_is_named() -> None:
-    with pytest.raises(SparkInputError, match=r"'tags': expected 4 class indices per row.*got 5 values"):
+    wrong = r"'tags': expected 4 class indices per row.*or 8 one-hot.*got 5 values"
+    with pytest.raises(SparkInputError, match=wrong):
         position_one_hot(np.zeros((2, 5), np.float32), 2, 4, True, "tags", "DataFrame", 0)
     bad = np.zeros((2, 4), np.float32)
     bad[1, 2] = 2.0
