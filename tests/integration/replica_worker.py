@@ -2,8 +2,8 @@
 
 Usage: ``python replica_worker.py IN.pkl OUT.pkl``. IN holds the WorkerSetup, the minibatches and a
 mode; OUT gets the task's WorkerResult and the float64 sum of every update the task submitted (what
-the master copy must hold from it: nothing lost, nothing twice). Mode "legacy" re-creates the bug of
-issue 9 (a compute_update that snapshots params and writes them back) to show the check catches it.
+the master copy must hold from it: nothing lost, nothing twice). Mode "legacy" re-creates an old bug
+(a compute_update that snapshots params and writes them back) to show the check catches it.
 """
 
 from __future__ import annotations

@@ -11,19 +11,16 @@ import pickle
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
-from psrv.spark.payload import NetworkPayload
-from psrv.spark.task.setup import WorkerSetup
 from psrv.transport import TransportConfig
+from worker_setups import sharing_setup
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -58,14 +55,7 @@ def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path)
     shares = {2: batches[0::2] * 2, 1: batches[1::2]}  # (workers_per_node, the task's minibatches)
     procs, results, sent = [], {}, []
     try:
-        base = WorkerSetup(
-            job_id=uuid.uuid4().hex[:8], controller_address=controller.address,
-            transport=config.replace(host="127.0.0.1", port=0), network_mask=None,
-            payload=NetworkPayload.from_network(network, with_updater=True),
-            threshold_state=AdaptiveThreshold(1e-3).get_state(),
-            post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
-            collect_stats=False, session_id=uuid.uuid4().hex,
-        )
+        base = sharing_setup(controller.address, config, network)
         for count, share in shares.items():
             source, target = tmp_path / f"in{count}.pkl", tmp_path / f"out{count}.pkl"
             with open(source, "wb") as fh:

@@ -9,18 +9,15 @@ import os
 import pickle
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
-from psrv.spark.payload import NetworkPayload
-from psrv.spark.task.setup import WorkerSetup
 from psrv.transport import TransportConfig
+from worker_setups import sharing_setup
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -59,14 +56,7 @@ def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray
                             updater_state=np.array(network.updater_state, copy=True)).start()
     procs = []
     try:
-        setup = WorkerSetup(
-            job_id=uuid.uuid4().hex[:8], controller_address=controller.address,
-            transport=config.replace(host="127.0.0.1", port=0), network_mask=None,
-            payload=NetworkPayload.from_network(network, with_updater=True),
-            threshold_state=AdaptiveThreshold(1e-3).get_state(),
-            post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
-            collect_stats=False, session_id=uuid.uuid4().hex,
-        )
+        setup = sharing_setup(controller.address, config, network)
         for i, batches in enumerate(_digits_batches(seed=11)):
             source, target = tmp_path / f"in{i}.pkl", tmp_path / f"out{i}.pkl"
             with open(source, "wb") as fh:

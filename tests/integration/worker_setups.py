@@ -1,0 +1,25 @@
+"""The WorkerSetup a test hands to ``replica_worker.py``: what the driver would ship to a Spark task of a
+gradient-sharing fit (the network by value, DL4J's threshold and residual clipping), for a controller the
+test started on loopback."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from psrv.encoding import AdaptiveThreshold, ResidualClipping
+from psrv.spark.payload import NetworkPayload
+from psrv.spark.task.setup import WorkerSetup
+from psrv.transport import TransportConfig
+
+
+def sharing_setup(controller_address: str, config: TransportConfig, network: Any) -> WorkerSetup:
+    """One fit's setup: every worker of the test gets it (or a ``dataclasses.replace`` of it)."""
+    return WorkerSetup(
+        job_id=uuid.uuid4().hex[:8], controller_address=controller_address,
+        transport=config.replace(host="127.0.0.1", port=0), network_mask=None,
+        payload=NetworkPayload.from_network(network, with_updater=True),
+        threshold_state=AdaptiveThreshold(1e-3).get_state(),
+        post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
+        collect_stats=False, session_id=uuid.uuid4().hex,
+    )
