@@ -42,7 +42,7 @@ from psrv.transport.messages import PROTOCOL_VERSION
 KB = 1024
 MB = 1024 * KB
 BLOCK_PAUSE_S = 0.3
-TARGET_RATIO = 0.8  # issue 10: psrv / raw pyzmq at 64 KB and up
+TARGET_RATIO = 0.8  # the target: psrv / raw pyzmq at 64 KB and up
 
 
 def bitmap_message(total_bytes: int) -> np.ndarray:

@@ -158,7 +158,7 @@ class Controller:
         Above checksum_max_params, asked on the I/O thread (a `status` request), it is computed on a
         copy in a background thread at most once per CHECKSUM_MIN_INTERVAL_S and the status shows the
         latest one finished (None before the first): nodes polling `status` during a join burst made
-        the I/O thread spend seconds on it (issue 15). Asked from another thread it is exact."""
+        the I/O thread spend seconds on it. Asked from another thread it is exact."""
         snap = self.counters_.snapshot()
         snap["node_id"] = self.node_id
         snap["address"] = self.address

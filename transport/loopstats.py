@@ -1,6 +1,6 @@
 """Where an I/O thread's time goes: per-phase maxima of its loop, beat lateness, queue depths.
 
-The join-burst investigation (issue 15) needed to know whether a member timed out because the
+The join-burst investigation needed to know whether a member timed out because the
 loop was busy (which phase), because beats went out late, or because they waited behind data in
 a queue. These are cheap maxima written into the role's gauges (so `psrv status`, heartbeat
 stats and the nodes' JSON lines carry them); ``reset()`` starts a new measuring window.

@@ -1,4 +1,4 @@
-"""Issue 15 in miniature: several nodes of a large model join one controller at once.
+"""A join burst in miniature: several nodes of a large model join one controller at once.
 
 Their joint download of the master copy (4 x 24 MB through CurveZMQ on loopback) takes longer
 than the heartbeat timeout (1 s) on this kind of machine, and while it runs they poll the

@@ -1,4 +1,4 @@
-"""The central invariant on the path users train through (issue 9): real worker processes run the Spark
+"""The central invariant on the path users train through: real worker processes run the Spark
 task's own loop (compute_update -> encode -> submit(apply_locally=True) -> wait_acknowledged), with no
 lock held around compute_update, for psrv.nn.Network and TorchNetwork. Afterwards every replica equals
 the master copy within float32 rounding, and the master holds every submitted update exactly once."""

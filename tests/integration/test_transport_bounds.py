@@ -1,4 +1,4 @@
-"""Bounded whatever peers send (issue 10, findings 3-5): JOIN admission control, per-origin state
+"""Bounded whatever peers send: JOIN admission control, per-origin state
 pruned once a departed member is folded into the master copy, reassembly budgets per sender."""
 
 from __future__ import annotations

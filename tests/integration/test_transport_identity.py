@@ -1,4 +1,4 @@
-"""Identity inside a job (issue 10, finding 2), with real daemons and no keys: a stranger who joins
+"""Identity inside a job, with real daemons and no keys: a stranger who joins
 with its own connection, and one who only forges frames, cannot leave, stop, poison or silence a
 member. Every attack is a counted rejection; the members' updates all reach every replica."""
 

@@ -122,7 +122,7 @@ def test_ten_thousand_malformed_frames_are_counted_and_harmless(cluster) -> None
 
 
 def finding_one_frames() -> list[list[bytes]]:
-    """The frames that killed a job (issue 10, finding 1): a params reply whose dtype numpy cannot
+    """The frames that killed a job: a params reply whose dtype numpy cannot
     parse, and controller heartbeats whose watermark is not a map of ints."""
     out = []
     for dtype in (",,", "(-1,)f4"):
@@ -174,7 +174,7 @@ def test_the_frames_of_finding_one_are_rejected_by_real_daemons(cluster) -> None
         lambda s: s["counters"]["rejected_total"] == len(bad)
         and all(rejected_by(s, n["id"]) == len(bad) for n in status["nodes"]),
         30,
-        "every frame of finding 1 counted as rejected by every process",
+        "every such frame counted as rejected by every process",
     )
     assert all(p.popen.poll() is None for p in [cluster.controller, *procs]), "a process died"
     cluster.wait_for(

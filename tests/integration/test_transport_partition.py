@@ -1,4 +1,4 @@
-"""Partitions heal (issue 10, finding 6): a node cut off from the controller by a proxy that stops
+"""Partitions heal: a node cut off from the controller by a proxy that stops
 forwarding keeps trying to rejoin for --controller-lost-timeout, rejoins when the partition heals,
 catches up and ends equal to the master copy; a partition longer than the timeout ends it with a
 clear error (exit 3). Real `psrv` daemons; the partition is tests/faults/proxy.py blocking."""

@@ -1,4 +1,4 @@
-"""Warm-up (issue 10, finding 7): every kernel the I/O thread calls is loaded before a role starts,
+"""Warm-up: every kernel the I/O thread calls is loaded before a role starts,
 so no first decode compiles inside it. Checked in a fresh interpreter (nothing loaded before)."""
 
 from __future__ import annotations

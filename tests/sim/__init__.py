@@ -1,1 +1,1 @@
-"""The deterministic simulation of the parameter-server roles (issue 10): see README, "Simulation"."""
+"""The deterministic simulation of the parameter-server roles: see README, "Simulation"."""

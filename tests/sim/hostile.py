@@ -1,6 +1,6 @@
 """A hostile member: joins like a node, then sends forged and fuzzed frames to everyone.
 
-The kinds follow findings 1-2 of issue 10: random bytes and broken headers; structurally wrong
+The kinds: random bytes and broken headers; structurally wrong
 fields (a watermark that is not a map of ints, a dtype numpy cannot parse, NaN taus); another
 member's id or origin, sequence 10**12, forged LEAVE; controller-only ops (SHUTDOWN, EVICTED,
 MESH, HEARTBEAT, PARAMS_REPLY) sent to nodes from a member's connection; an update of its own with

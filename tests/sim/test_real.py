@@ -150,7 +150,7 @@ def test_same_trace_whatever_the_hash_seed() -> None:
 
 
 def test_join_burst_while_updates_flow() -> None:
-    """Issue 15: 120 nodes join within 10 ms while 8 others submit; admission control refuses many of
+    """A join burst: 120 nodes join within 10 ms while 8 others submit; admission control refuses many of
     them at first (pending joins, joins per second): they retry with back-off and all get in."""
     for seed in seed_list(1, first=500):
         cfg = SimConfig(

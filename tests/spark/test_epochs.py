@@ -1,4 +1,4 @@
-"""Epochs in one ``SparkNetwork.fit`` call (issue 12): validation metrics after each epoch, callbacks and
+"""Epochs in one ``SparkNetwork.fit`` call: validation metrics after each epoch, callbacks and
 early stopping, a checkpoint per epoch and ``resume=True`` reaching what an uninterrupted run reaches."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, failure 4: the driver's "no worker reached the controller" watchdog counts from the tasks'
+"""The driver's "no worker reached the controller" watchdog counts from the tasks'
 start, and leaves a task that is still starting (slow to reach its join) alone."""
 
 from __future__ import annotations

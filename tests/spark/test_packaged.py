@@ -1,4 +1,4 @@
-"""Install and ship psrv like a package (issue 12), as README's "Running on a cluster" says.
+"""Install and ship psrv like a package, as README's "Running on a cluster" says.
 
 Once per test session: psrv's wheel is built from a copy of the source tree, installed with its ``torch``
 extra into a fresh virtual environment (torch from the local disk or pip's cache, the rest from pip's

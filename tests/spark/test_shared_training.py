@@ -119,7 +119,7 @@ def test_killed_worker_is_retried_and_fit_still_reaches_accuracy(spark_context, 
     spark_net.fit(rdd)
     fit = master.last_fit
     assert fit["retried_partitions"] == [0]
-    # the failed attempt's updates that reached the master stay there, counted apart (issue 10 finding 8)
+    # the failed attempt's updates that reached the master stay there, counted apart
     assert fit["controller_updates_applied"] == (
         fit["messages"] - fit["updates_missing"] + fit["updates_applied_by_failed_attempts"]
     ), fit
@@ -218,8 +218,8 @@ def test_more_partitions_than_task_slots_does_not_deadlock(spark_context, digits
 
 @pytest.mark.timeout(480)
 def test_torch_network_replicas_equal_the_master(spark_context, digits) -> None:
-    """Issue 9 on Spark: TorchNetwork trained by gradient sharing; every task's replica equals the master
-    copy after the drain (the old compute_update lost updates decoded during its steps)."""
+    """The replica invariant on Spark: TorchNetwork trained by gradient sharing; every task's replica
+    equals the master copy after the drain (the old compute_update lost updates decoded during its steps)."""
     torch = pytest.importorskip("torch")
     from psrv.nn import TorchNetwork
 

@@ -1,4 +1,4 @@
-"""The controller kept across the epochs of one fit call (issue 12), with a real controller and real nodes
+"""The controller kept across the epochs of one fit call, with a real controller and real nodes
 on loopback, without Spark: each epoch's counters are its own, the master copy survives between epochs,
 the driver's changes and updater state reach it, and a replica check acknowledges a node's updates."""
 

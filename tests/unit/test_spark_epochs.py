@@ -1,4 +1,4 @@
-"""EarlyStopping and checkpoint files, without Spark (issue 12)."""
+"""EarlyStopping and checkpoint files, without Spark."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The PyTorch user's path on Spark, without Spark: shipping by value, worker-side re-fit, driver checks,
-and a worker's error as the user's first line (issue 12)."""
+and a worker's error as the user's first line."""
 
 from __future__ import annotations
 

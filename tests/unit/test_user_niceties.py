@@ -1,4 +1,4 @@
-"""What a user notices first (issue 12): the version, type hints, --log-level after the subcommand,
+"""What a user notices first: the version, type hints, --log-level after the subcommand,
 a missing Java said in one line, files written with the user's umask."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run by tests/spark/test_user_path.py through ``spark-submit --master local-cluster[2,1,1024]``, as a
 user would run it; writes what it saw as JSON to the path given as its argument. Each check is the
-issue 12 failure it guards against: (1) classes of ``__main__`` reach the executors, and a module
+failure it guards against: (1) classes of ``__main__`` reach the executors, and a module
 only next to the script is refused on the driver until it is shipped; (2) a second network of the same
 architecture fits in the same session and Python workers; (3) wrong inputs fail on the driver with one
 clear line, and a worker's psrv error is the first line of what the user sees. Its own threshold
