@@ -18,7 +18,8 @@ def test_updates_missing_is_submitted_minus_applied_under_every_id_held() -> Non
     counters = {"applied_by_origin": {1: 300, 4: 200, 2: 490, 3: 7},  # 3: a failed attempt
                 "member_names": {1: "j-p0", 2: "j-p1", 3: "j-p0", 4: "j-p0"}}
     out = _accounting("j", results, 1000, counters)
-    assert out == {"updates_missing": 10, "updates_applied_by_failed_attempts": 7, "retried_partitions": [0]}
+    assert out == {"mesh_members": 4,  # the ids the controller admitted for the job, a rejoin's included
+                   "updates_missing": 10, "updates_applied_by_failed_attempts": 7, "retried_partitions": [0]}
     assert _accounting("j", results, 990, counters)["updates_missing"] == 0
     # more applied than submitted is a double application: shown, not hidden as 0
     assert _accounting("j", results, 980, counters)["updates_missing"] == -10

@@ -41,11 +41,12 @@ def test_validation_metrics_of_several_outputs_are_given_per_output() -> None:
     result.eval([np.array([0, 1, 1]), np.array([[1.0], [2.0], [3.0]])],
                 [np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3]]), np.array([[1.0], [2.0], [5.0]])])
 
-    class Evaluated:
-        def evaluate(self, data):
-            return result
+    class Evaluated:  # what validation_metrics reads of a SparkNetwork: one pass, the metrics and the loss
+        def evaluate_with_loss(self, data):
+            return result, 0.25
 
     metrics = validation_metrics(Evaluated(), None)
+    assert metrics["val_loss"] == 0.25
     assert metrics["val_accuracy"] == pytest.approx(2 / 3) == metrics["val_out0_accuracy"]
     assert metrics["val_out1_mse"] == pytest.approx(4 / 3)
     assert "val_mse" not in metrics
