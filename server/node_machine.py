@@ -366,6 +366,9 @@ class NodeMachine:
         if view.mesh is None or msg["version"] <= view.mesh.version:
             return
         mesh = mesh_of(msg)
+        if mesh.version != msg["version"]:  # the controller sends one version; two are a crafted frame
+            raise FrameRejectedError("bad_field", f"mesh message of version {msg['version']} carries a "
+                                                  f"snapshot of version {mesh.version}")
         if view.node_id not in mesh:
             self._rejoin(f"mesh version {mesh.version} no longer holds node {view.node_id}")
             return

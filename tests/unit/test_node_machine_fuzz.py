@@ -132,3 +132,24 @@ def test_no_catalogue_valid_frame_makes_the_machine_raise(op: Op, data) -> None:
     h.from_node(update(2, 1, index=5), 2)
     if running and fresh and h.machine.state == "running":
         np.testing.assert_allclose(h.params - before, delta(5))
+
+
+def test_a_mesh_whose_version_disagrees_with_its_snapshot_is_refused() -> None:
+    """A MESH message says version 5 but carries a snapshot of version 4 that moves every neighbour to one
+    address (a frame Hypothesis found): refused, so the node keeps its view and its neighbours' updates."""
+    h = joined("mesh", others=(2, 3, 4))
+    snapshot = {"format": 1, "mode": "mesh", "fan_out": 2, "version": h.machine.mesh.version, "next_id": 5,
+                "nodes": [[0, -1, "127.0.0.1:5000", [1, 2]], [1, 0, "127.0.0.1:7001", [3, 4]],
+                          [2, 0, "127.0.0.1:7001", []], [3, 1, "127.0.0.1:7001", []],
+                          [4, 1, "127.0.0.1:7001", []]]}
+    head = {"v": PROTOCOL_VERSION, "op": Op.MESH.value, "src": 0, "mesh": snapshot,
+            "version": h.machine.mesh.version + 1, "routes": {0: CTRL_RID.hex()}}
+    message = decode_frames([msgpack.packb(head, use_bin_type=True)], max_message_bytes=1 << 20,
+                            max_header_bytes=1 << 16)
+    rejected = h.rejected("bad_field")
+    for event in (Received(message, routing_id=None, via=0), Received(message, routing_id=CTRL_RID)):
+        h.handle(event, dt=0.01)
+    assert h.rejected("bad_field") == rejected + 2
+    before = h.params.copy()
+    h.from_node(update(2, 1, index=5), 2)
+    np.testing.assert_allclose(h.params - before, delta(5))
