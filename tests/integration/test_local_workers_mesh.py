@@ -10,7 +10,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
 from psrv.transport import TransportConfig
-from worker_setups import sharing_setup
+from worker_setups import sharing_setup, wait_applied
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -33,15 +32,6 @@ def _batches() -> list[DataSet]:
     full = DataSet.from_class_indices((data.data / 16.0).astype(np.float32), data.target.astype(np.int64), 10)
     full.shuffle(5)
     return list(full.batches(32))
-
-
-def _wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if controller.counters()["updates_applied"] >= expected:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path) -> None:
@@ -75,7 +65,7 @@ def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path)
             (results[count],) = out["results"]
             sent.append(out["sent"])
         expected = sum(r.counters["updates_sent"] for r in results.values())
-        assert _wait_applied(controller, expected), \
+        assert wait_applied(controller, expected), \
             f"the controller applied {controller.counters()['updates_applied']} of {expected}"
         with controller.lock:
             master = np.array(controller.params, dtype=np.float64, copy=True)

@@ -17,7 +17,7 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
 from psrv.transport import TransportConfig
-from worker_setups import sharing_setup
+from worker_setups import sharing_setup, wait_applied
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -75,7 +75,7 @@ def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray
             results.extend(out["results"])
             sent.append(out["sent"])
         expected = sum(r.counters["updates_sent"] for r in results)
-        deadline_ok = _wait_applied(controller, expected)
+        deadline_ok = wait_applied(controller, expected)
         assert deadline_ok, f"the controller applied {controller.counters()['updates_applied']} of {expected}"
         with controller.lock:
             master = np.array(controller.params, dtype=np.float64, copy=True)
@@ -85,17 +85,6 @@ def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray
                 proc.kill()
         controller.stop()
     return initial, master, results, sent
-
-
-def _wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if controller.counters()["updates_applied"] >= expected:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _relative_l2(a: np.ndarray, b: np.ndarray) -> float:

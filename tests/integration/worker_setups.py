@@ -1,13 +1,16 @@
-"""The WorkerSetup a test hands to ``replica_worker.py``: what the driver would ship to a Spark task of a
-gradient-sharing fit (the network by value, DL4J's threshold and residual clipping), for a controller the
-test started on loopback."""
+"""What the replica-worker tests share: the WorkerSetup a test hands to ``replica_worker.py`` (what the
+driver would ship to a Spark task of a gradient-sharing fit: the network by value, DL4J's threshold and
+residual clipping, for a controller the test started on loopback), and the wait for the master to apply
+what the workers sent."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 from psrv.encoding import AdaptiveThreshold, ResidualClipping
+from psrv.server import Controller
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.task.setup import WorkerSetup
 from psrv.transport import TransportConfig
@@ -23,3 +26,13 @@ def sharing_setup(controller_address: str, config: TransportConfig, network: Any
         post_processor_state=ResidualClipping(5, 5).get_state(), prefetch=2, debug=False,
         collect_stats=False, session_id=uuid.uuid4().hex,
     )
+
+
+def wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0) -> bool:
+    """Whether the master applied ``expected`` updates within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if controller.counters()["updates_applied"] >= expected:
+            return True
+        time.sleep(0.05)
+    return False
