@@ -195,6 +195,18 @@ class SampledQuantileThreshold(_Base):
         self.threshold = self.initial
         self.steps = 0
 
+    @classmethod
+    def for_steps(cls, steps: int, sparsity: float = 9e-3, **settings: Any) -> SampledQuantileThreshold:
+        """Latency-aware sparsity: at ``sparsity`` an element's update waits about 1/sparsity steps in
+        the residual, longer than a short run lasts, so most of the run's update never leaves it. For a
+        run of ``steps`` encodings per worker this sends 1/steps of the elements per message instead,
+        never less than ``sparsity`` nor more than 1/16 (where a message becomes a bitmap): long runs
+        keep ``sparsity``, short ones pay more bytes and learn more per step."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1 (encodings per worker in the run), got {steps!r}")
+        chosen = min(1 / 16, max(float(sparsity), 1 / steps))
+        return cls(chosen, warmup_sparsity=max(chosen, settings.pop("warmup_sparsity", 0.1)), **settings)
+
     def current_sparsity(self) -> float:
         """The fraction this step aims at: on the warm-up's geometric ramp, then ``sparsity``."""
         if self.steps >= self.warmup:

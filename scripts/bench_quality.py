@@ -28,12 +28,16 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact")
+METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact", "flushend", "flush16", "flush8",
+           "mask", "latency")
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
 LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param averaging /5",
           "dl4j": "sharing, DL4J settings", "quantile": "sharing, quantile τ",
-          "warmup": "sharing, quantile τ + warm-up", "exact": "sharing, no quantization"}
+          "warmup": "sharing, quantile τ + warm-up", "exact": "sharing, no quantization",
+          "flushend": "sharing, quantile τ + end flush", "flush16": "sharing, quantile τ + flush/16",
+          "flush8": "sharing, quantile τ + flush/8", "mask": "sharing, quantile τ + masking",
+          "latency": "sharing, quantile τ, sparsity 1/rounds"}
 
 
 def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
@@ -47,6 +51,7 @@ def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
     task = tasks.make(name, seed)
     setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed)
     started = time.perf_counter()
+    rounds = task.epochs * (len(task.y_train) // (task.batch_size * workers))
     if method == "one":
         result = harness.one_process(task, harness.Setting(optimizer=optimizer, workers=1, seed=seed))
     elif method == "sync":
@@ -58,7 +63,17 @@ def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),
                   "warmup": harness.Sharing(lambda: SampledQuantileThreshold(warmup=WARMUP),
                                             lambda: ResidualClipping(5, 5)),
-                  "exact": harness.Sharing(codec="exact")}[method]
+                  "exact": harness.Sharing(codec="exact"),
+                  "flushend": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
+                                              flush_end=1),
+                  "flush16": harness.Sharing(lambda: harness.FlushingQuantile(16),
+                                             lambda: ResidualClipping(5, 5)),
+                  "flush8": harness.Sharing(lambda: harness.FlushingQuantile(8),
+                                            lambda: ResidualClipping(5, 5)),
+                  "latency": harness.Sharing(lambda: SampledQuantileThreshold.for_steps(rounds),
+                                             lambda: ResidualClipping(5, 5)),
+                  "mask": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
+                                          masking=True)}[method]
         config.delay, config.jitter = delay, jitter
         result = harness.sharing(task, setting, config, LABELS[method])
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from psrv.encoding import ResidualEncoder, decode, message_info
+from psrv.encoding import ResidualEncoder, SampledQuantileThreshold, decode, encode_counted, message_info
 from psrv.nn import TorchNetwork
 from torch import nn
 
 from quality.tasks import Task
 
-__all__ = ["Result", "Setting", "Sharing", "batches", "one_process", "parameter_averaging",
-           "sharing", "synchronous"]
+__all__ = ["FlushingQuantile", "Result", "Setting", "Sharing", "batches", "flush_threshold", "one_process",
+           "parameter_averaging", "sharing", "synchronous"]
 
 Factory = Callable[[], Any]
 
@@ -65,6 +65,8 @@ class Sharing:
     codec: str = "threshold"
     delay: int = 0
     jitter: int = 0
+    flush_end: int = 0  # messages per worker after the last round that carry its residual out
+    masking: bool = False  # momentum factor masking: clear the optimizer's momentum where sent
 
 
 @dataclass
@@ -270,6 +272,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 if message is None:
                     continue
                 decode(message, net.params)
+                if config.masking:
+                    _mask_momentum(net, message)
                 bitmaps += int(r >= 3 and message_info(message).form == "bitmap")
             sent[r] += message.nbytes
             _apply(master, message, config.codec)
@@ -281,6 +285,17 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
             _deliver(net, pending[v], r, config.codec)
         if r + 1 in points:
             curve.append((r + 1, accuracy(nets[0].module, task, setting)))
+    for _ in range(config.flush_end if config.codec != "exact" else 0):
+        for w, (net, encoder) in enumerate(zip(nets, encoders, strict=True)):
+            message = _flush(encoder)
+            if message is None:
+                continue
+            decode(message, net.params)
+            sent[-1] += message.nbytes
+            _apply(master, message, config.codec)
+            for v in range(len(nets)):
+                if v != w:
+                    pending[v].append((len(rounds), message))
     for v, net in enumerate(nets):  # the drain: everything still in flight arrives
         _deliver(net, pending[v], None, config.codec)
     gap = max(float(np.max(np.abs(net.params - master))) for net in nets)
@@ -291,6 +306,62 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                   dense_per_step=size * np_dtype.itemsize, bitmaps_after3=bitmaps,
                   steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
                   replica_gap=gap, params=nets[0].params.copy())
+
+
+def flush_threshold(residual: np.ndarray, sample: int = 65536) -> float | None:
+    """The tau at which one message takes the most of ``residual``'s squared norm out (None for a
+    residual of zeros): every element with |r| >= tau moves by tau, which removes 2 tau |r| - tau^2 of
+    its square; the best tau over a strided sample. A low tau, so the message is usually a bitmap (1/16
+    of a dense vector's bytes) carrying the sign of most of the residual."""
+    picked = np.abs(residual[::max(1, -(-len(residual) // sample))]).astype(np.float64)
+    ordered = np.sort(picked[np.isfinite(picked) & (picked > 0)])[::-1]
+    if len(ordered) == 0:
+        return None
+    gain = 2 * ordered * np.cumsum(ordered) - np.arange(1, len(ordered) + 1) * ordered ** 2
+    return float(ordered[int(np.argmax(gain))])
+
+
+class FlushingQuantile(SampledQuantileThreshold):
+    """The quantile tau, except every ``every``-th step, which takes ``flush_threshold``'s: no element's
+    update waits more than ``every`` steps in the residual (a bitmap message every ``every`` steps)."""
+
+    def __init__(self, every: int, sparsity: float = 9e-3) -> None:
+        super().__init__(sparsity)
+        self.every = every
+
+    def prepare(self, residual: Any) -> None:
+        if (self.steps + 1) % self.every:
+            super().prepare(residual)
+            return
+        self.steps += 1
+        tau = flush_threshold(residual, self.sample)
+        if tau is not None:
+            self.threshold = tau
+
+
+def _flush(encoder: ResidualEncoder) -> Any:
+    """One message at the tau that removes the most of the residual's squared norm."""
+    tau = flush_threshold(encoder.residual)
+    if tau is None:
+        return None
+    message, _ = encode_counted(encoder.residual, tau)
+    return message
+
+
+def _mask_momentum(net: TorchNetwork, message: Any) -> None:
+    """Deep Gradient Compression's momentum factor masking: where an element was sent, the momentum
+    (SGD's buffer, Adam's first moment) starts again from zero."""
+    sent = np.zeros(net.num_params, dtype=net.params.dtype)
+    decode(message, sent)
+    offset = 0
+    for p in net._step_params:
+        n = p.numel()
+        state = net.optimizer.state.get(p, {})
+        buf = state.get("momentum_buffer", state.get("exp_avg"))
+        if buf is not None:
+            hit = torch.from_numpy(sent[offset:offset + n] != 0).view_as(buf)
+            buf.masked_fill_(hit, 0)
+        offset += n
 
 
 def _apply(target: np.ndarray, message: Any, codec: str) -> None:

@@ -147,3 +147,23 @@ def test_warmup_ramps_the_sent_fraction_down_and_resumes_where_it_was() -> None:
                    {"sparsity": 0.2, "warmup_sparsity": 0.1}):
         with pytest.raises(ValueError):
             SampledQuantileThreshold(**kwargs)
+
+
+def test_for_steps_sends_one_over_the_run_length_within_its_bounds_and_round_trips() -> None:
+    """Latency-aware sparsity: 1/steps of the elements per message, never below ``sparsity`` nor above
+    1/16; what it builds is a plain SampledQuantileThreshold, restored exactly from its state."""
+    assert SampledQuantileThreshold.for_steps(40).sparsity == pytest.approx(1 / 40)
+    assert SampledQuantileThreshold.for_steps(10_000).sparsity == 9e-3
+    assert SampledQuantileThreshold.for_steps(400, sparsity=1e-3).sparsity == 1 / 400
+    assert SampledQuantileThreshold.for_steps(3).sparsity == 1 / 16
+    algorithm = SampledQuantileThreshold.for_steps(20, sample=4096, warmup=3)
+    assert algorithm.warmup_sparsity == 0.1 and algorithm.warmup == 3
+    residual = np.random.default_rng(6).normal(size=20_000).astype(np.float32)
+    algorithm.prepare(residual)
+    sent = np.count_nonzero(np.abs(residual) >= algorithm.threshold) / residual.size
+    assert sent == pytest.approx(0.1, rel=0.1)  # the warm-up's first step
+    restored = threshold_algorithm_from_state(msgpack.unpackb(msgpack.packb(algorithm.get_state())))
+    assert restored == algorithm and restored.steps == 1
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="steps"):
+            SampledQuantileThreshold.for_steps(bad)

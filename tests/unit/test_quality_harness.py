@@ -107,3 +107,58 @@ def test_bench_quality_help() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_quality.py"), "--help"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "--workers" in out and "--delay" in out and "--target" in out
+
+
+def test_flush_threshold_takes_the_most_squared_norm_out_of_the_residual() -> None:
+    rng = np.random.default_rng(3)
+    residual = rng.normal(size=500) * rng.uniform(0.1, 3, size=500)
+
+    def left(tau: float) -> float:  # the squared norm after one message at tau
+        sent = np.where(np.abs(residual) >= tau, np.sign(residual) * tau, 0)
+        return float(np.sum((residual - sent) ** 2))
+
+    tau = harness.flush_threshold(residual)
+    assert left(tau) == pytest.approx(min(left(abs(t)) for t in residual))
+    assert left(tau) < 0.5 * float(np.sum(residual ** 2))
+    assert harness.flush_threshold(np.zeros(10)) is None
+    algorithm = harness.FlushingQuantile(every=3)
+    taus = []
+    for _ in range(6):
+        algorithm.prepare(residual)
+        taus.append(algorithm.threshold)
+    assert taus[2] == taus[5] == tau and taus[0] == taus[1] != tau  # every third step flushes
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_flush_and_momentum_masking_keep_every_replica_on_the_master_copy(optimizer) -> None:
+    """An end-of-run flush and factor masking change what is sent, never the invariant; masking zeroes
+    the optimizer's momentum exactly where the last message sent an element."""
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer=optimizer, workers=3)
+    config = harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1, flush_end=1, masking=True)
+    result = harness.sharing(task, setting, config, dtype=F64)
+    assert result.replica_gap < 1e-12
+    plain = harness.sharing(task, setting, harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1),
+                            dtype=F64)
+    assert not np.array_equal(result.params, plain.params)
+    net = TorchNetwork(harness.initial_module(task, setting, F64), torch.nn.CrossEntropyLoss(),
+                       task.input_shape, optimizer=setting.make_optimizer)
+    encoder = ResidualEncoder(net.num_params, dtype=np.float64,
+                              threshold_algorithm=SampledQuantileThreshold(0.3, warmup_sparsity=0.3))
+    encoder.residual[:] = np.random.default_rng(5).normal(scale=1e-3, size=net.num_params)
+    (x, y), = harness.batches(task, harness.Setting(workers=1))[0]
+    update, _ = net.compute_update(x.astype(np.float64), harness._onehot(y, task.classes, np.float64))
+    key = "momentum_buffer" if optimizer == "sgd" else "exp_avg"
+
+    def momentum() -> np.ndarray:
+        return torch.cat([net.optimizer.state[p][key].reshape(-1) for p in net._step_params]).numpy().copy()
+
+    before = momentum()
+    message = encoder.encode_update(update)
+    harness._mask_momentum(net, message)
+    sent = np.zeros(net.num_params)
+    decode(message, sent)
+    assert 0 < np.count_nonzero(sent) < net.num_params
+    after = momentum()
+    assert np.all(after[sent != 0] == 0)
+    np.testing.assert_array_equal(after[sent == 0], before[sent == 0])
