@@ -292,6 +292,7 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 continue
             decode(message, net.params)
             sent[-1] += message.nbytes
+            bitmaps += int(message_info(message).form == "bitmap")
             _apply(master, message, config.codec)
             for v in range(len(nets)):
                 if v != w:
