@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact", "flushend", "flush16", "flush8",
-           "mask", "latency")
+           "mask", "latency", "warmrun")
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
 LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param averaging /5",
@@ -37,7 +37,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param av
           "warmup": "sharing, quantile τ + warm-up", "exact": "sharing, no quantization",
           "flushend": "sharing, quantile τ + end flush", "flush16": "sharing, quantile τ + flush/16",
           "flush8": "sharing, quantile τ + flush/8", "mask": "sharing, quantile τ + masking",
-          "latency": "sharing, quantile τ, sparsity 1/rounds"}
+          "latency": "sharing, quantile τ, sparsity 1/rounds",
+          "warmrun": "sharing, quantile τ + warm-up over the run"}
 
 
 def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
@@ -71,6 +72,8 @@ def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
                   "flush8": harness.Sharing(lambda: harness.FlushingQuantile(8),
                                             lambda: ResidualClipping(5, 5)),
                   "latency": harness.Sharing(lambda: SampledQuantileThreshold.for_steps(rounds),
+                                             lambda: ResidualClipping(5, 5)),
+                  "warmrun": harness.Sharing(lambda: SampledQuantileThreshold(warmup=rounds),
                                              lambda: ResidualClipping(5, 5)),
                   "mask": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                           masking=True)}[method]
