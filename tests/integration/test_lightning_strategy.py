@@ -83,6 +83,8 @@ def check_lightning_run(result, precision: str = "32-true") -> None:
     if precision == "bf16-mixed":  # Lightning's autocast plugin ran the steps
         assert result.value["precision"] == "MixedPrecision", result.value
         assert result.value["logits_dtypes"] == ["torch.bfloat16"]  # every training step autocast
+    else:
+        assert result.value["logits_dtypes"] == ["torch.float32"]
     shard_batches = ROWS // 2 // BATCH
     assert result.value["batches"] == shard_batches  # rank 0 saw its half of the rows
     assert result.value["steps"] == EPOCHS * shard_batches // ACCUMULATE
