@@ -4,6 +4,7 @@ psrv's strategy on 2 tasks, and a worker that raises coming back as the user's o
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ def test_spark_run_fits_a_lightning_module_with_the_psrv_strategy(spark) -> None
     lightning_run.check_lightning_run(result)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(500)
 def test_spark_run_returns_the_workers_exception(spark) -> None:
     def train(message: str) -> None:
         import psrv.torch as pt
@@ -57,7 +58,7 @@ def test_spark_run_returns_the_workers_exception(spark) -> None:
         model = torch.nn.Linear(4, 2)
         optimizer = pt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
         if pt.rank() == 1:
-            raise KeyError(message)
+            raise KeyError(f"{message} (raised at {time.time():.3f})")
         deadline = time.monotonic() + 240  # rank 0 trains on until the job is cancelled
         while time.monotonic() < deadline:
             optimizer.zero_grad()
@@ -65,9 +66,11 @@ def test_spark_run_returns_the_workers_exception(spark) -> None:
             optimizer.step()
             time.sleep(0.01)
 
-    started = time.monotonic()
-    with pytest.raises(KeyError, match="no column 'label'"):
+    with pytest.raises(KeyError, match="no column 'label'") as info:
         psrv.spark.run(train, "no column 'label'", num_workers=2, spark=spark)
-    assert time.monotonic() - started < 120
+    # from the worker's raise to the launcher's (the tasks' start-up, minutes on a loaded machine, is
+    # not counted): the job was cancelled at once, not given up after the launcher's 30 s wait for it
+    since_raise = time.time() - float(re.search(r"raised at ([0-9.]+)", str(info.value)).group(1))
+    assert since_raise < 20, since_raise
     # the cluster is free again: a next job runs at once
     assert spark.sparkContext.parallelize(range(4), 2).count() == 4
