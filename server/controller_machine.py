@@ -10,8 +10,9 @@ updates to its children, applies every update once to the master copy, serves pa
 where it may serve several members), beats to every member (the liveness beat back on the member's
 own connection, the watermark beat on the data path, in order with the relayed updates) and marks
 a silent member offline after ``missed_beats`` beats. A departed member's gaps are given up after
-a few beats and its per-origin state pruned once its late updates had ``departed_kept_s`` to
-arrive. No socket, thread or clock: ``now`` is given with every event.
+a few beats (held while its process, back under a new id, catches up: departed_gaps.py) and its
+per-origin state pruned once its late updates had ``departed_kept_s`` to arrive. No socket, thread
+or clock: ``now`` is given with every event.
 
 Construction (everything it touches is injected; the simulation passes plain objects)::
     ControllerMachine(
@@ -42,7 +43,7 @@ from psrv.server.announce import JoinGate, MeshAnnouncer
 from psrv.server.clock_offset import ClockEchoes
 from psrv.server.controller_records import NodeRecord, stats_view, status_view
 from psrv.server.dedup import SeenUpdates
-from psrv.server.departed import DepartedMembers
+from psrv.server.departed_gaps import DepartedGaps
 from psrv.server.identity import MemberIdentities, link_id, parse_session
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members, controller_beats
 from psrv.server.master_copy import MasterCopy
@@ -119,13 +120,13 @@ class ControllerMachine:
         self._tokens, self._identity = self._ids.tokens, self._ids.routing  # (read-only views here)
         self._dropped: dict[int, int] = {}  # member id -> relayed messages dropped for it so far
         self._departed: deque[NodeRecord] = deque(maxlen=_DEPARTED_KEPT)
-        self._departed_members = DepartedMembers()  # their late updates still count, for a while
         self._pending: dict[int, float] = {}  # admitted, not heard from since: when admitted
         self._announcer = MeshAnnouncer(config.heartbeat_s)  # MESH broadcasts, coalesced
         self._deferred: dict[int, Message] = {}  # catch-ups that wait until the others know the member
         self._gate = JoinGate(config)
         self._params_server = ParamsServer(self.master, config, self.log)
         self._downloads = self._params_server.downloads
+        self._gaps = DepartedGaps(self.master, self._downloads, config.departed_kept_s)  # departed members
         self._handlers: dict[Op, Callable[[Message, bytes, float], None]] = {
             Op.JOIN: self._on_join,
             Op.UPDATE: self._on_update,
@@ -273,8 +274,8 @@ class ControllerMachine:
         node_id = self.mesh.allocate_id()
         name = msg["name"]
         restart = self._ids.seen_name(name)
-        if restart:  # the ids it held before stay counted for what it re-sends after its catch-up
-            self._departed_members.refresh(now, lambda i: self._ids.names_by_id.get(i) == name)
+        # the ids it held before stay counted for what it re-sends after its catch-up
+        self._gaps.joined(node_id, name, restart, self._ids.names_by_id, now)
         self._out.append(Connect(node_id, address, routing_id=self.routing_id_to(node_id)))
         place = self.mesh.add_node(node_id, address)
         self._announcer.joined(node_id, self.mesh.version)
@@ -303,23 +304,12 @@ class ControllerMachine:
         applied = self.master.apply(fresh)
         if applied is not None:
             self._out.append(applied)
-        for origin in self._departed_members.reopened(f["origin"] for f, _, _ in fresh):
-            self._close_gaps(origin)  # re-sent after its gaps were given up
-
-    def _close_gaps(self, origin: int) -> None:
-        """Give a departed member's gaps up: beats (contiguous marks) then cover all of it the master holds
-        and a node lacking one sees it is behind. Again after a late one a member re-sent: in MESH mode its
-        relay stops at the first node holding it already, and the nodes below learn of it this way."""
-        self._departed_members.gave_up(origin, self.master.seen.gaps(origin))
-        gaps = self.master.seen.close(origin)
-        if gaps:
-            self.counters.add("departed_gaps_closed", gaps)
-            self._downloads.stop_sharing()
+        self._gaps.applied(f["origin"] for f, _, _ in fresh)  # re-sent after its gaps were given up?
 
     def _origin_allowed(self, origin: int, came_from: int) -> bool:
         """A member's own updates, a recently departed member's, or one relayed up from inside the
         sender's own subtree."""
-        if origin == came_from or origin in self._departed_members:
+        if origin == came_from or origin in self._gaps:
             return True
         return origin in self.mesh and self.mesh.below(origin, came_from)
 
@@ -361,7 +351,7 @@ class ControllerMachine:
 
     def _serve_params(self, msg: Message) -> None:
         names = self._ids.names_by_id  # the ids its process may have held before: of its name, or unnamed
-        given_up = self._departed_members.given_up_view(lambda i: names.get(i) in (names.get(msg.src), None))
+        given_up = self._gaps.given_up_view(lambda i: names.get(i) in (names.get(msg.src), None))
         self._out.append(self._params_server.serve(msg, self._dropped, self.member_ids(), given_up))
 
     # ------------------------------------------------------------------ other messages
@@ -369,6 +359,7 @@ class ControllerMachine:
         self._member(msg, rid, now)
         self._records[msg.src].stats = dict(msg["stats"])
         self._clocks.heard(msg.src, msg["stats"])
+        self._gaps.heartbeat(msg.src, msg["stats"], now)  # its catch-up done: the gaps it owes wait less
 
     def _on_leave(self, msg: Message, rid: bytes, now: float) -> None:
         if msg.src in self._records and self._identity.get(msg.src) == rid:
@@ -393,11 +384,7 @@ class ControllerMachine:
         self._deferred.pop(node_id, None)
         self._dropped.pop(node_id, None)
         self._pending.pop(node_id, None)
-        self._departed_members.add(node_id, now)  # its in-flight updates still count, for a while
-        # in the watermarks while it counts (even with no update applied): a node that held this id
-        if node_id not in self.master.seen.origins():  # learns from its download it may re-send
-            self.master.seen.mark_covered({node_id: 0})
-            self._downloads.stop_sharing()  # a snapshot of before lacks the entry
+        self._gaps.departed(node_id, record.name if record is not None else None, now)  # still counts
         self.counters.add("leaves" if state == "left" else "offline")
         self.log.info(
             "node %d %s (%s); remapped %s; mesh version %d, %d nodes",
@@ -433,7 +420,7 @@ class ControllerMachine:
             # members' beats may still wait unread in the sockets; nobody is offline for it
             self.log.warning("controller was frozen for %.1f s; not counting it against the nodes", frozen)
             self.members.excuse(now)
-        self._prune_departed(now)
+        self._gaps.tick(now, self.members.timeout_s)  # departed members' gaps given up, their state pruned
         timeout = self.members.timeout_s
         for node_id in self.members.expire(now):
             if node_id in self._records:
@@ -450,19 +437,6 @@ class ControllerMachine:
     def _send_beats(self) -> None:
         self._out.extend(controller_beats(self.member_ids(), self._identity, self.mesh.version,
                                           self.master.seen.watermark(), self._clocks.echoes()))
-
-    def _prune_departed(self, now: float) -> None:
-        """Forget a departed member's per-origin state once its late updates had ``departed_kept_s``
-        to arrive: they are folded into the master copy, and watermarks (heartbeats, parameter
-        replies) stay as small as the live mesh whatever the history. A later update of that origin
-        is refused (``bad_origin``): ids are never reused."""
-        kept = self.config.departed_kept_s
-        # before that its gaps are given up (_close_gaps), after twice the missed-beat timeout: a node
-        # holding one of them re-sends it first (two beats of a stuck watermark: _resend_departed)
-        for node_id in self._departed_members.gaps_due(now, min(kept / 2, 2 * self.members.timeout_s)):
-            self._close_gaps(node_id)
-        for node_id in self._departed_members.expired(now, kept):
-            self.master.seen.forget(node_id)
 
     # ------------------------------------------------------------------ views
     @property
@@ -497,4 +471,4 @@ class ControllerMachine:
 
     def retiring(self) -> list[int]:
         """Departed members whose late updates still count (their per-origin state is kept)."""
-        return list(self._departed_members.retiring)
+        return list(self._gaps.retiring)

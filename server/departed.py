@@ -4,7 +4,14 @@ is forgotten (ids are never reused).
 
 The seqs given up are kept with the member (``given_up``): a parameter download tells them to the
 process that held the id when it comes back, and it sends those it still holds again as new updates
-of its new id (the old (origin, seq) would be refused now: the master's watermark covers it)."""
+of its new id (the old (origin, seq) would be refused now: the master's watermark covers it).
+
+While that process is back but still catching up, its old ids' gaps are ``held``: its download may
+have left before they were given up (and so not list them), and the re-send under the old (origin,
+seq) it then makes must still be accepted, however slow the download. They wait until it reports the
+catch-up done, then as long again as after a departure (a re-send in flight, or lost and repeated by
+the beat repairs); at most ``held_at_most`` from the rejoin, so a process that never catches up does
+not keep them open."""
 
 from __future__ import annotations
 
@@ -24,24 +31,48 @@ class DepartedMembers:
         self.retiring: dict[int, float] = {}
         self.unclosed: dict[int, float] = {}
         self.given_up: dict[int, list[int]] = {}  # member -> the seqs of its gaps given up, sorted
+        self.held: dict[int, int] = {}  # member -> the live member (its process) whose catch-up it awaits
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.retiring
 
-    def add(self, node_id: int, now: float) -> None:
+    def add(self, node_id: int, now: float, holder: int | None = None) -> None:
+        """``node_id`` departed now; ``holder``: its process is back already (a new id, catching up)."""
         self.retiring[node_id] = now
         self.unclosed[node_id] = now
+        if holder is not None:
+            self.held[node_id] = holder
 
-    def refresh(self, now: float, which: Callable[[int], bool]) -> None:
+    def refresh(self, now: float, which: Callable[[int], bool], holder: int | None = None) -> None:
         """Keep the retiring members ``which`` accepts ``departed_kept_s`` from ``now`` (the process
         that held them joined again and may re-send what the master lacks); the gaps not given up yet
-        wait as long again from ``now``: its catch-up re-sends them under their own (origin, seq)."""
+        wait as long again from ``now``: its catch-up re-sends them under their own (origin, seq). With
+        ``holder`` (that process's new id, still catching up) they are held until ``caught_up``."""
         for node_id in [i for i in self.retiring if which(i)]:
             del self.retiring[node_id]
             self.retiring[node_id] = now
             if node_id in self.unclosed:
                 del self.unclosed[node_id]
                 self.unclosed[node_id] = now
+                if holder is not None:
+                    self.held[node_id] = holder
+
+    def holds(self, holder: int) -> bool:
+        """Do some gaps wait for ``holder``'s catch-up?"""
+        return bool(self.held) and holder in self.held.values()
+
+    def caught_up(self, holder: int, now: float) -> None:
+        """``holder`` installed its download and sent what its old ids owed: their gaps wait as long
+        again from ``now`` (that re-send may still be on its way, or lost and repeated)."""
+        ids = {i for i, h in self.held.items() if h == holder}
+        for node_id in ids:
+            del self.held[node_id]
+        self.refresh(now, lambda i: i in ids)
+
+    def released(self, holder: int) -> None:
+        """``holder`` left before it caught up: the gaps it held wait no longer for it."""
+        for node_id in [i for i, h in self.held.items() if h == holder]:
+            del self.held[node_id]
 
     def gave_up(self, node_id: int, seqs: list[int]) -> None:
         """``seqs`` of a departed member were given up (they will never be applied under its id)."""
@@ -67,13 +98,17 @@ class DepartedMembers:
         """Those of ``origins`` whose gaps were given up already (a late update re-sent by a member)."""
         return sorted({o for o in origins if o in self.retiring and o not in self.unclosed})
 
-    def gaps_due(self, now: float, close_after: float) -> list[int]:
-        """The members whose gaps are given up now (no longer ``unclosed``), oldest first."""
+    def gaps_due(self, now: float, close_after: float, held_at_most: float) -> list[int]:
+        """The members whose gaps are given up now (no longer ``unclosed``), oldest first: ``close_after``
+        since they departed or were refreshed, ``held_at_most`` when held for a catch-up."""
         due = []
         for node_id, since in list(self.unclosed.items()):
             if now - since <= close_after:
-                break
+                break  # oldest first: the rest are younger
+            if node_id in self.held and now - since <= held_at_most:
+                continue
             del self.unclosed[node_id]
+            self.held.pop(node_id, None)
             due.append(node_id)
         return due
 
@@ -86,5 +121,6 @@ class DepartedMembers:
             del self.retiring[node_id]
             self.unclosed.pop(node_id, None)
             self.given_up.pop(node_id, None)
+            self.held.pop(node_id, None)
             gone.append(node_id)
         return gone

@@ -41,6 +41,7 @@ from psrv.server.locked import LockedMachine
 from psrv.server.node_machine import NodeMachine, NodeState
 from psrv.server.node_state import SlotToken
 from psrv.server.outside_params import ApplyHook, ApplyManyHook, OutsideParams
+from psrv.server.own_update_loss import OwnUpdateLoss
 from psrv.server.replica import DEFAULT_TOLERANCE, ReplicaCheck
 from psrv.server.update_intake import apply_checked
 from psrv.server.updates import check_payload
@@ -109,11 +110,16 @@ class Node:
         self._driven = LockedMachine(self.machine, self.lock, self._carry_out,
                                      None if self._outside is None else self._outside.carry_out)
         self._loop: Any = None
+        self._loss: OwnUpdateLoss | None = None  # a test hook (drop_next_own_update_upstream); off
 
     def _carry_out(self, actions: list[Action]) -> list[Action]:
         """Carry out the machine's actions meant for the facade; the rest are the loop's."""
         rest: list[Action] = []
         for action in actions:
+            if self._loss is not None and self._loss.drops(action, self.machine.node_id):
+                if isinstance(action.token, SlotToken) and action.token.sent():
+                    self._slots.release(action.token.count)  # it left the sender: lost on the way
+                continue
             if isinstance(action, ReleaseSlots):
                 self._slots.release(action.count)
             elif isinstance(action, Notify):
@@ -123,6 +129,17 @@ class Node:
                     action.token.bind(self._slots.release)
                 rest.append(action)
         return rest
+
+    def drop_next_own_update_upstream(self) -> None:
+        """A test hook (fault injection, off unless called): every copy this node sends of its next own
+        update message is lost, re-sends included, while it holds its current id
+        (server/own_update_loss.py)."""
+        self._loss = OwnUpdateLoss(self.machine.node_id)
+
+    @property
+    def own_update_loss(self) -> OwnUpdateLoss | None:
+        """What ``drop_next_own_update_upstream`` lost so far (None when never armed)."""
+        return self._loss
 
     def _notified(self, what: str | BaseException | None = None) -> None:
         """The machine caught up, was acknowledged or stopped (or the loop ended): wake the waiters."""

@@ -131,6 +131,9 @@ class Network:
         self.cut: set[tuple[str, str]] = set()  # (a, b) and (b, a) of every partitioned pair
         # a scenario's targeted loss: every message sent (sender, receiver, message) it accepts is lost
         self.drop_if: Callable[[Process, Process, Message], bool] | None = None
+        # a scenario's slow link: seconds a message sent (sender, receiver, message) waits on top of the
+        # latency (later frames on that link queue behind it, as on a slow link)
+        self.delay_if: Callable[[Process, Process, Message], float] | None = None
         self.codec_errors: list[str] = []  # a decode that raised something else than FrameRejectedError
         self._msg_ids = itertools.count(1)
 
@@ -198,8 +201,11 @@ class Network:
             self.counts.counts["dropped_queue_full"] += 1
             self.sched.after(0.0, self._deliver, sender, Dropped(to, count))
             return False
+        delay = self.delay_if(sender, receiver, message) if self.delay_if is not None else 0.0
+        if delay:
+            self.counts.counts["delayed_on_purpose"] += 1
         for frames in self.frames_of(message, chunk_bytes):
-            self.transmit(sender, receiver, frames, "data", None, conn[1])
+            self.transmit(sender, receiver, frames, "data", None, conn[1], delay_s=delay)
         return True
 
     def reply(self, sender: Process, routing_id: bytes, message: Message) -> None:
@@ -236,8 +242,10 @@ class Network:
         channel: str,
         via: Any,
         routing_id: bytes | None = None,
+        delay_s: float = 0.0,
     ) -> None:
-        """Put raw frames on the link sender -> receiver (faults decide their fate)."""
+        """Put raw frames on the link sender -> receiver (faults decide their fate); ``delay_s`` more
+        than the latency on top (a slow link)."""
         sched, faults, counts = self.sched, self.faults, self.counts.counts
         if self.is_cut(sender, receiver):
             counts["lost_partition"] += 1
@@ -254,7 +262,7 @@ class Network:
         for _ in range(copies):
             start = max(sched.now, link.free_at)
             link.free_at = start + self.service_s
-            arrival = link.free_at + rng.uniform(*self.latency_s)
+            arrival = link.free_at + rng.uniform(*self.latency_s) + delay_s
             if faults.jitter_s:
                 arrival += rng.uniform(0.0, faults.jitter_s)
             if faults.reorder and rng.random() < faults.reorder:
