@@ -16,7 +16,7 @@ from psrv.server.cli.synthetic import SyntheticUpdates
 
 from tests.faults.proxy import FaultProxy
 
-PARAMS, UPDATES, RATE, TAU = 1000, 240, 20, 1e-3
+PARAMS, UPDATES, RATE, TAU = 1000, 240, 40, 1e-3  # 6 s of submissions: most of the cut node's fall in its cut
 
 
 def submitted_sum(seeds: list[int]) -> np.ndarray:

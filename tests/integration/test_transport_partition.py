@@ -25,8 +25,8 @@ def node_via(cluster, proxy: FaultProxy, lost_timeout_s: float, **kw):
 def test_a_partition_shorter_than_the_timeout_heals(cluster) -> None:
     cluster.start_controller(params=1000)  # beats every 0.5 s, 4 missed beats: offline after 2 s
     with FaultProxy(cluster.address) as proxy:
-        steady = cluster.start_node(updates=400, rate=20, seed=1)
-        cut = node_via(cluster, proxy, 30, updates=400, rate=20, seed=2, name="cut")
+        steady = cluster.start_node(updates=400, rate=40, seed=1)
+        cut = node_via(cluster, proxy, 30, updates=400, rate=40, seed=2, name="cut")
         status = cluster.wait_for(
             lambda s: len(s["nodes"]) == 2 and s["counters"]["updates_applied"] > 40, 60, "2 nodes exchanging"
         )

@@ -1,7 +1,7 @@
 """Which seeds a test runs, and running many of them with one report.
 
 ``PSRV_SIM_SEED=1234`` runs that seed alone (replay); ``PSRV_SIM_SEEDS=20000`` scales the many-seeds
-tests to that many runs in all (a soak run: 10x the CI's 2 000); otherwise each runs its default count.
+tests to about that many runs in all (a soak run: 33x the CI's 600); otherwise each runs its default count.
 """
 
 from __future__ import annotations
@@ -23,10 +23,20 @@ def seed_list(count: int, first: int = 0) -> list[int]:
     return list(range(first, first + count))
 
 
+CI_RUNS = 600  # the many-seeds tests' default counts together (PLAIN 400, MESH 50, no faults 50, toy 100)
+
+
 def scaled(default: int) -> int:
-    """A per-test count scaled by PSRV_SIM_SEEDS relative to the default 2000 of the whole suite."""
+    """A per-test count scaled by PSRV_SIM_SEEDS relative to the CI_RUNS of the whole suite."""
     total = os.environ.get("PSRV_SIM_SEEDS")
-    return default if not total else max(1, default * int(total) // 2000)
+    return default if not total else max(1, default * int(total) // CI_RUNS)
+
+
+def with_regressions(seeds: list[int], regressions: tuple[int, ...]) -> list[int]:
+    """``seeds`` plus each seed of ``regressions`` it lacks (none when replaying one seed)."""
+    if os.environ.get("PSRV_SIM_SEED"):
+        return seeds
+    return seeds + [s for s in regressions if s not in seeds]
 
 
 def run_many(seeds: list[int], run: Callable[[int], Result], replay: str) -> FaultCounts:

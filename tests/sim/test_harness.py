@@ -260,7 +260,7 @@ def test_the_invariants_catch_a_broken_machine(broken: str) -> None:
 
 def test_toy_seeds() -> None:
     """The harness under every fault kind with the toy: no violation, and the faults did happen."""
-    seeds = seed_list(scaled(300), first=10_000)
+    seeds = seed_list(scaled(100), first=10_000)
     totals = run_many(
         seeds,
         lambda seed: World(

@@ -131,6 +131,18 @@ def _ship_test_module_by_value(request) -> None:
 
 
 @pytest.fixture(scope="session")
+def user_script_run(tmp_path_factory) -> dict:
+    """What tests/spark/scripts/user_script.py wrote (``failing``, ``user``) and spark-submit's ``output``:
+    one application, run as a user runs it, for test_fit_failures.py and test_user_path.py (its own Spark
+    application beside the tests' session, started once instead of once per module)."""
+    from spark_submit import submit_script
+
+    work = tmp_path_factory.mktemp("user-script")
+    results, output = submit_script("user_script.py", work, "spark.task.maxFailures=4")
+    return {**results, "output": output}  # spark-submit merges the Python driver's stderr into its stdout
+
+
+@pytest.fixture(scope="session")
 def spark_context(spark):
     """The SparkContext of the session-wide SparkSession."""
     return spark.sparkContext

@@ -1,26 +1,24 @@
 """Fits that go wrong, run as a user runs them: ``spark-submit --master local-cluster[2,1,1024]`` of a
-script (tests/spark/scripts/failing_fits.py). An exception of the user's forward fails the job at its
-first attempt, with gradient sharing and with parameter averaging (Spark's four attempts per task only
-raised it again, each after a task start-up); NaN is named by its row before training, and during it; a
-wrong ``input_shape`` is named; the progress lines count each epoch's own steps and examples, 1-based,
-and a failed fit ends with ``failed:``."""
+script (tests/spark/scripts/user_script.py, whose failing fits run first in the application it shares
+with test_user_path.py: the session fixture ``user_script_run``). An exception of the user's forward
+fails the job at its first attempt, with gradient sharing and with parameter averaging (Spark's four
+attempts per task only raised it again, each after a task start-up); NaN is named by its row before
+training, and during it; a wrong ``input_shape`` is named; the progress lines count each epoch's own
+steps and examples, 1-based, and a failed fit ends with ``failed:``."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from spark_submit import submit_script
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def failing(tmp_path_factory) -> dict:
-    work = tmp_path_factory.mktemp("failing-fits")
-    results, output = submit_script("failing_fits.py", work, "spark.task.maxFailures=4")
-    results["output"] = output  # spark-submit merges the Python driver's stderr into its stdout
-    return results
+def failing(user_script_run) -> dict:
+    """What each failing fit raised, and the application's output (its progress lines)."""
+    return {**user_script_run["failing"], "output": user_script_run["output"]}
 
 
 def _section(output: str, name: str) -> str:

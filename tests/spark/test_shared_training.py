@@ -130,7 +130,7 @@ def test_killed_worker_is_retried_and_fit_still_reaches_accuracy(spark_context, 
 
 def test_unreachable_controller_fails_fast_with_clear_error(spark_context, digits) -> None:
     train, _ = digits
-    conf = {"controller_address": "127.0.0.1:9", "join_timeout_ms": 5000, "secure": False}
+    conf = {"controller_address": "127.0.0.1:9", "join_timeout_ms": 2000, "secure": False}
     master = _master("plain", "direct", conf=conf)
     spark_net = SparkNetwork(spark_context, _network(), master)
     started = time.monotonic()

@@ -1,5 +1,6 @@
 """The PyTorch user's path, run as a user runs it: ``spark-submit --master local-cluster[2,1,1024]`` of a
-script with its own ``nn.Module`` classes (tests/spark/scripts/user_script.py), once for every check.
+script with its own ``nn.Module`` classes (tests/spark/scripts/user_script.py), once for every check (and for
+test_fit_failures.py: the session fixture ``user_script_run``).
 
 Each test is one of the failures a new user met: (1) a model class of the script reaches the executors,
 a helper module beside the script is refused on the driver until shipped; (2) a second network of the same
@@ -10,15 +11,14 @@ any training job with one clear line, and a worker's psrv error is the first lin
 from __future__ import annotations
 
 import pytest
-from spark_submit import submit_script
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def user_run(tmp_path_factory) -> dict:
+def user_run(user_script_run) -> dict:
     """The script's results (it runs in its own Spark application, beside the tests' session)."""
-    return submit_script("user_script.py", tmp_path_factory.mktemp("user-script"))[0]
+    return user_script_run["user"]
 
 
 def _value(result: dict) -> object:

@@ -1,13 +1,23 @@
 """A user's own script: its nn.Module, loss and loader classes live here, in ``__main__``.
 
-Run by tests/spark/test_user_path.py through ``spark-submit --master local-cluster[2,1,1024]``, as a
-user would run it; writes what it saw as JSON to the path given as its argument. Each check is the
-failure it guards against: (1) classes of ``__main__`` reach the executors, and a module
-only next to the script is refused on the driver until it is shipped; (2) a second network of the same
-architecture fits in the same session and Python workers; (3) wrong inputs fail on the driver with one
-clear line, and a worker's psrv error is the first line of what the user sees. Its own threshold
-algorithm and residual post-processor (the encoding strategies' Protocols) train on the executors and
-resume from a checkpoint with their state; a class missing a member is refused on the driver.
+Run through ``spark-submit --master local-cluster[2,1,1024]``, as a user would run it, once for the tests
+of tests/spark/test_user_path.py and tests/spark/test_fit_failures.py (one Spark application, one start
+of its local cluster); writes what it saw as JSON to the path given as its argument: ``{"failing": ...,
+"user": ...}``.
+
+``failing``, run first: fits that go wrong. Its module's forward raises (gradient sharing, then parameter
+averaging), its data holds a NaN, its input_shape is wrong; and one fit that goes right, whose progress
+lines are checked against the data. Each records what it raised (type, message, seconds); the progress
+lines go to stderr (spark-submit passes it on in its stdout), each check's end marked by a
+``--- name finished ---`` line.
+
+``user``: each check is the failure it guards against: (1) classes of ``__main__`` reach the executors,
+and a module only next to the script is refused on the driver until it is shipped; (2) a second network
+of the same architecture fits in the same session and Python workers; (3) wrong inputs fail on the
+driver with one clear line, and a worker's psrv error is the first line of what the user sees. Its own
+threshold algorithm and residual post-processor (the encoding strategies' Protocols) train on the
+executors and resume from a checkpoint with their state; a class missing a member is refused on the
+driver.
 """
 
 from __future__ import annotations
@@ -15,11 +25,14 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 import torch
 from psrv.nn import TorchNetwork
+from psrv.nn.data import DataSet
 from psrv.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, VoidConfiguration
 from pyspark.sql import SparkSession
 from torch import nn
@@ -127,9 +140,8 @@ class LockedLoader:
         raise AssertionError(path)
 
 
-def main(out: str) -> None:
-    spark = SparkSession.builder.appName("psrv-user-script").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+def user_checks(spark: SparkSession) -> dict:
+    """The user's own classes on the executors, refits, and wrong inputs refused on the driver."""
     data = frame(spark)
     results: dict = {}
     masters = {
@@ -219,8 +231,116 @@ def main(out: str) -> None:
     attempt(spark, results, "strategy_without_average",
             lambda: SparkNetwork(spark, make_network(0), SharedTrainingMaster(
                 VoidConfiguration(unicast_port=0), threshold_algorithm=NoAverage())).fit(data))
-    with open(out, "w") as fh:
-        json.dump(results, fh)
+    return results
+
+
+
+class LinearNet(nn.Module):
+    """The failing fits' model: one linear layer."""
+
+    def __init__(self, inputs: int = 8) -> None:
+        super().__init__()
+        self.layer = nn.Linear(inputs, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+class RaisingNet(LinearNet):
+    """Runs on the driver's sample check (evaluation mode), raises as soon as it trains, and notes each
+    task attempt that reached it in a file beside the script."""
+
+    def __init__(self, attempts: str) -> None:
+        super().__init__()
+        self.attempts = attempts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            with open(self.attempts, "a") as out:
+                out.write(f"{context.partitionId()} {context.attemptNumber()}\n")
+            raise ValueError("boom from the user's forward")
+        return super().forward(x)
+
+
+def linear_network(module: nn.Module, input_shape: tuple[int, ...] = (8,)) -> TorchNetwork:
+    return TorchNetwork(module, nn.CrossEntropyLoss(), input_shape,
+                        optimizer=lambda params: torch.optim.SGD(params, lr=0.05), seed=3)
+
+
+def failing_master(**kwargs) -> SharedTrainingMaster:
+    return SharedTrainingMaster(VoidConfiguration(heartbeat_ms=500), batch_size_per_worker=16, **kwargs)
+
+
+def element_datasets(nan_at: tuple[int, int] | None = None) -> list[DataSet]:
+    """12 DataSets of 20 rows (240 rows); ``nan_at=(element, row)`` puts a NaN in that row's features."""
+    rng = np.random.default_rng(0)
+    out = []
+    for element in range(12):
+        x = rng.normal(size=(20, 8)).astype(np.float32)
+        if nan_at is not None and nan_at[0] == element:
+            x[nan_at[1], 5] = np.nan
+        y = np.eye(3, dtype=np.float32)[(x[:, 0] > 0).astype(int) + (x[:, 1] > 0).astype(int)]
+        out.append(DataSet(x, y))
+    return out
+
+
+def timed_attempt(results: dict, name: str, action) -> None:
+    started = time.monotonic()
+    try:
+        results[name] = {"ok": True, "value": action()}
+    except Exception as exc:  # noqa: BLE001 - the test reads what the user would have seen
+        results[name] = {"ok": False, "type": type(exc).__name__, "error": str(exc)[:4000]}
+    results[name]["seconds"] = time.monotonic() - started
+    print(f"--- {name} finished ---", file=sys.stderr, flush=True)
+
+
+def failing_fits(spark: SparkSession, out: str) -> dict:
+    """The fits that go wrong, and the good one whose progress lines the test reads."""
+    sc = spark.sparkContext
+    results: dict = {}
+    rdd = sc.parallelize(element_datasets(), 2)
+
+    steps: list[int] = []
+    good = failing_master(progress=True)
+
+    def progress_fit() -> dict:
+        spark_net = SparkNetwork(sc, linear_network(LinearNet()), good)
+        spark_net.fit(rdd, epochs=2, callbacks=[lambda epoch, metrics: steps.append(good.last_fit["steps"])])
+        return {"steps": steps, "examples": 240}
+
+    timed_attempt(results, "progress", progress_fit)
+
+    def raising_fit(attempts: Path, master) -> None:
+        SparkNetwork(sc, linear_network(RaisingNet(str(attempts))), master).fit(rdd)
+
+    attempts = Path(out).with_name("attempts.txt")
+    timed_attempt(results, "user_code", lambda: raising_fit(attempts, failing_master(progress=True)))
+    results["user_code"]["attempts"] = attempts.read_text().split("\n")[:-1] if attempts.exists() else []
+    averaged = Path(out).with_name("attempts-averaging.txt")  # the same module, parameter averaging
+    timed_attempt(results, "user_code_averaging", lambda: raising_fit(
+        averaged, ParameterAveragingTrainingMaster(batch_size_per_worker=16, averaging_frequency=2)))
+    results["user_code_averaging"]["attempts"] = \
+        averaged.read_text().split("\n")[:-1] if averaged.exists() else []
+    # partition 1 holds elements 6..11: element 7's row 4 is row 24 of partition 1
+    with_nan = sc.parallelize(element_datasets(nan_at=(7, 4)), 2)
+    timed_attempt(results, "nan_before",
+                  lambda: SparkNetwork(sc, linear_network(LinearNet()), failing_master()).fit(with_nan))
+    timed_attempt(results, "nan_during", lambda: SparkNetwork(
+        sc, linear_network(LinearNet()), failing_master(), check_data=False).fit(with_nan))
+    timed_attempt(results, "shape",
+                  lambda: SparkNetwork(sc, linear_network(LinearNet(4), (4,)), failing_master()).fit(rdd))
+    return results
+
+
+def main(out: str) -> None:
+    spark = SparkSession.builder.appName("psrv-user-script").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    results = {"failing": failing_fits(spark, out)}  # first: the test reads its progress lines by marker
+    results["user"] = user_checks(spark)
+    Path(out).write_text(json.dumps(results))
     spark.stop()
 
 
