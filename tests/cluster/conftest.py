@@ -25,7 +25,7 @@ def netns_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
         hosts.shape(SHAPED_HOST, SHAPED_RATE)
         cluster = SparkCluster(hosts, workdir)
         try:
-            cluster.start()  # S3 and the master answering; the workers may still register
+            cluster.start()  # S3 answering; the master and the workers may still be starting
             yield cluster
         finally:
             cluster.stop()

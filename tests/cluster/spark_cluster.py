@@ -71,9 +71,10 @@ class SparkCluster:
         return process
 
     def start(self) -> None:
-        """S3 (its bucket made), the master and both workers started; returns once S3 and the master
-        answer, while the workers may still register (``wait_workers()``): an application submitted
-        now waits for both executors before its first job."""
+        """S3 (its bucket made), the master and both workers started; returns once S3 answers, while the
+        master and the workers may still be starting (``wait_workers()`` waits for them). An application
+        submitted now connects to the master seconds later (a driver retries after 20 s) and waits for
+        both executors before its first job."""
         head = self.hosts.address("head")
         self._start("s3", "head", [str(Path(sys.executable).with_name("moto_server")), "-H", head,
                                    "-p", str(S3_PORT)])
@@ -84,8 +85,6 @@ class SparkCluster:
             self.start_worker(host)
         self._until(lambda: self.http("drv", f"{self.s3_endpoint}/{BUCKET}", "PUT") is not None,
                     "the S3 server answering and its bucket created")
-        self._until(lambda: self.http("drv", f"http://{head}:{MASTER_UI_PORT}/json/") is not None,
-                    "the Spark master answering")
 
     def start_worker(self, host: str) -> None:
         self._start(f"worker-{host}", host, [

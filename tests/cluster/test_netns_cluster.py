@@ -119,7 +119,7 @@ def _wait_for_mark(run: ClusterRun, phase: str, marks: Path, deadline: float) ->
 
 @pytest.fixture(scope="module")
 def cluster_run(netns_cluster: SparkCluster, tmp_path_factory) -> ClusterRun:
-    """The application submitted (while the workers still register), the link of the host training
+    """The application submitted (while the master and the workers still start), the link of the host training
     partition 0 cut for ``CUT_S`` at the first fit's mark, every process of the host training it
     killed at the second fit's mark, and the application's end awaited (each wait with a deadline)."""
     cluster = netns_cluster
