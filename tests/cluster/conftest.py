@@ -8,9 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster.netns import Hosts, unavailable_reason
-from tests.cluster.spark_cluster import HOSTS, SparkCluster
-
-SHAPED_HOST, SHAPED_RATE = "w2", "100mbit"
+from tests.cluster.spark_cluster import HOSTS, SHAPED_HOST, SHAPED_RATE, SparkCluster
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +25,7 @@ def netns_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
         hosts.shape(SHAPED_HOST, SHAPED_RATE)
         cluster = SparkCluster(hosts, workdir)
         try:
-            cluster.start()
+            cluster.start()  # S3 answering; the master and the workers may still be starting
             yield cluster
         finally:
             cluster.stop()

@@ -1,14 +1,18 @@
-"""A gradient-sharing fit for the namespace cluster's fault tests, submitted with ``spark-submit``.
+"""The gradient-sharing fits of the namespace cluster's fault checks, run inside the one application
+that tests/cluster/test_netns_cluster.py submits with ``spark-submit`` after README's first example
+(shipped with ``--py-files``, so the driver and the executors import it as ``sharing_run``).
 
-Usage: sharing_run.py OUT MARKS MASK PACE_S MARK_STEP EPOCHS
-
-Two partitions of a separable two-class problem, trained by ``SharedTrainingMaster`` with
-``network_mask=MASK`` (every process binds the address of its host inside MASK, not the decoy), the
-export approach on the cluster's default file system (S3) and checkpoints on S3. In the first epoch
-every step sleeps PACE_S (so a fault lands mid-fit), and partition 0's first attempt writes the
-address of its host to MARKS/mark at step MARK_STEP: the test then cuts or kills that host. Writes
-OUT (JSON): every epoch's ``last_fit``, the controller's address, the checkpoints, the accuracy of the
-trained network on the data against what a constant guess gets, and the number of examples.
+``fault_fits(spark, out_dir, marks_dir, mask, *phases)`` runs one fit per phase ``NAME:PACE_S:STEP:EPOCHS``,
+one after the other: two partitions of a separable two-class problem, trained by
+``SharedTrainingMaster`` with ``network_mask=MASK`` (every process binds the address of its host
+inside MASK, not the decoy), the export approach on the cluster's default file system (S3) and
+checkpoints on S3. In the first epoch every step sleeps PACE_S (so a fault lands mid-fit), and
+partition 0's first attempt writes the address of its host to ``MARKS_DIR/NAME/mark`` at step STEP,
+then waits (at most ``GO_DEADLINE_S``) for ``MARKS_DIR/NAME/go``: the test cuts or kills that host in
+between, so the fault lands at that step however late the test sees the mark. Each phase writes
+``OUT_DIR/NAME.json``: every epoch's ``last_fit``, the controller's address, the checkpoints, the
+accuracy of the trained network on the data against what a constant guess gets, the number of
+examples, or the error that ended it (the next phase runs either way).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import contextlib
 import functools
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -27,13 +30,14 @@ from psrv.spark import SparkNetwork, storage
 from psrv.spark.config import VoidConfiguration
 from psrv.spark.driver.shared_training import SharedTrainingMaster
 from psrv.spark.task.node import route_source_address
-from pyspark.sql import SparkSession
 
 ROWS, FEATURES = 2400, 8
+GO_DEADLINE_S = 60.0
 
 
 def pace(marks: str, pace_s: float, mark_step: int, driver: str, steps: int) -> None:
-    """After each step of the first epoch: the mark at MARK_STEP (partition 0, first attempt), a sleep."""
+    """After each step of the first epoch: at MARK_STEP (partition 0, first attempt) the mark and the
+    wait for the test's go, then a sleep."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -44,6 +48,9 @@ def pace(marks: str, pace_s: float, mark_step: int, driver: str, steps: int) -> 
             out.write(route_source_address(f"{driver}:9") or "")
         with contextlib.suppress(FileExistsError):  # the first one only, complete when seen
             os.link(scratch, os.path.join(marks, "mark"))
+        deadline = time.monotonic() + GO_DEADLINE_S
+        while not os.path.exists(os.path.join(marks, "go")) and time.monotonic() < deadline:
+            time.sleep(0.05)
     time.sleep(pace_s)
 
 
@@ -70,8 +77,8 @@ class Record:
                               controller=getattr(live, "address", None)))
 
 
-def main(out: str, marks: str, mask: str, pace_s: str, mark_step: str, epochs: str) -> None:
-    spark = SparkSession.builder.appName("psrv-netns-sharing").getOrCreate()
+def fault_fit(spark, out: str, marks: str, mask: str, pace_s: float, mark_step: int, epochs: int) -> None:
+    """One paced fit (see the module docstring); writes OUT."""
     sc = spark.sparkContext
     rng = np.random.default_rng(3)
     x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
@@ -80,17 +87,18 @@ def main(out: str, marks: str, mask: str, pace_s: str, mark_step: str, epochs: s
     rdd = sc.parallelize(list(data.batches(48)), 2)
     master = PacedMaster(VoidConfiguration(network_mask=mask), batch_size_per_worker=16,
                          rdd_training_approach="export")
-    master.first_epoch_step = functools.partial(pace, marks, float(pace_s), int(mark_step),
+    master.first_epoch_step = functools.partial(pace, marks, pace_s, mark_step,
                                                 sc.getConf().get("spark.driver.host"))
     network = Network([Dense(16, activation="relu"), Output(2)], input_shape=(FEATURES,), updater=Adam(1e-2),
                       seed=4)
     record = Record(master)
-    checkpoints = f"{sc._jsc.hadoopConfiguration().get('fs.defaultFS')}/checkpoints/{os.path.basename(out)}"
+    name = os.path.splitext(os.path.basename(out))[0]
+    checkpoints = f"{sc._jsc.hadoopConfiguration().get('fs.defaultFS')}/checkpoints/{name}"
     result: dict = {}
     try:
         with SparkNetwork(sc, network, master) as net:
             started = time.monotonic()
-            net.fit(rdd, epochs=int(epochs), checkpoint_dir=checkpoints, callbacks=[record])
+            net.fit(rdd, epochs=epochs, checkpoint_dir=checkpoints, callbacks=[record])
             result["fit_s"] = time.monotonic() - started
             predicted = np.asarray(network.predict(x)).reshape(-1)
         result["accuracy"] = float(np.mean(predicted == y))
@@ -102,8 +110,16 @@ def main(out: str, marks: str, mask: str, pace_s: str, mark_step: str, epochs: s
     result["fits"] = record.fits
     with open(out, "w") as sink:
         json.dump(result, sink, default=str)
-    spark.stop()
 
 
-if __name__ == "__main__":
-    main(*sys.argv[1:])
+def fault_fits(spark, out_dir: str, marks_dir: str, mask: str, *phases: str) -> None:
+    """``fault_fit`` for each ``NAME:PACE_S:STEP:EPOCHS``, in order."""
+    for phase in phases:
+        name, pace_s, mark_step, epochs = phase.split(":")
+        marks = os.path.join(marks_dir, name)
+        os.makedirs(marks, exist_ok=True)
+        fault_fit(spark, os.path.join(out_dir, f"{name}.json"), marks, mask, float(pace_s), int(mark_step),
+                  int(epochs))
+
+
+__all__ = ["fault_fit", "fault_fits"]

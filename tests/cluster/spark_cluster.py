@@ -24,6 +24,7 @@ from tests.cluster.netns import Hosts
 
 HOSTS = ("head", "w1", "w2", "drv")
 WORKERS = ("w1", "w2")
+SHAPED_HOST, SHAPED_RATE = "w2", "100mbit"  # the worker host whose link is shaped (tbf both ways)
 MASTER_PORT, MASTER_UI_PORT, WORKER_UI_PORT, S3_PORT = 7077, 8080, 8081, 5000
 BUCKET = "psrv"
 STARTUP_DEADLINE_S = 120.0
@@ -70,6 +71,10 @@ class SparkCluster:
         return process
 
     def start(self) -> None:
+        """S3 (its bucket made), the master and both workers started; returns once S3 answers, while the
+        master and the workers may still be starting (``wait_workers()`` waits for them). An application
+        submitted now connects to the master seconds later (a driver retries after 20 s) and waits for
+        both executors before its first job."""
         head = self.hosts.address("head")
         self._start("s3", "head", [str(Path(sys.executable).with_name("moto_server")), "-H", head,
                                    "-p", str(S3_PORT)])
@@ -80,7 +85,6 @@ class SparkCluster:
             self.start_worker(host)
         self._until(lambda: self.http("drv", f"{self.s3_endpoint}/{BUCKET}", "PUT") is not None,
                     "the S3 server answering and its bucket created")
-        self.wait_workers()
 
     def start_worker(self, host: str) -> None:
         self._start(f"worker-{host}", host, [
@@ -127,10 +131,13 @@ class SparkCluster:
                           for p in sorted(self.workdir.glob("*.log")))
 
     # -- applications ---------------------------------------------------------------------------------
-    def submit_argv(self, script: Path, *args: str) -> list[str]:
-        """``spark-submit`` of ``script`` from the driver's host to the standalone master."""
+    def submit_argv(self, script: Path, *args: str, py_files: Sequence[Path] = ()) -> list[str]:
+        """``spark-submit`` of ``script`` from the driver's host to the standalone master; its first job
+        waits until both workers' executors registered (at most ``STARTUP_DEADLINE_S``)."""
         drv = self.hosts.address("drv")
         conf = {"spark.driver.host": drv, "spark.driver.bindAddress": drv, "spark.ui.enabled": "false",
+                "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+                "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{STARTUP_DEADLINE_S:.0f}s",
                 "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "768m",
                 "spark.executor.memory": "768m", "spark.executor.cores": "1", "spark.cores.max": "2",
                 "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
@@ -142,12 +149,14 @@ class SparkCluster:
         argv = [str(Path(sys.executable).with_name("spark-submit")), "--master", self.master_url]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
+        if py_files:
+            argv += ["--py-files", ",".join(map(str, py_files))]
         return [*argv, str(script), *args]
 
-    def submit(self, name: str, script: Path, *args: str) -> subprocess.Popen:
+    def submit(self, name: str, script: Path, *args: str, py_files: Sequence[Path] = ()) -> subprocess.Popen:
         """Start an application; its output goes to ``<workdir>/<name>.log``."""
         self.processes.pop(name, None)
-        return self._start(name, "drv", self.submit_argv(script, *args))
+        return self._start(name, "drv", self.submit_argv(script, *args, py_files=py_files))
 
     def wait(self, name: str, timeout: float) -> int:
         """The application's exit code; it is killed when it runs past ``timeout``."""
@@ -180,4 +189,4 @@ class SparkCluster:
             self._end(process)
 
 
-__all__ = ["BUCKET", "HOSTS", "WORKERS", "SparkCluster"]
+__all__ = ["BUCKET", "HOSTS", "SHAPED_HOST", "SHAPED_RATE", "WORKERS", "SparkCluster"]
