@@ -17,7 +17,7 @@ from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
 from psrv.transport import TransportConfig
-from worker_setups import sharing_setup, wait_applied
+from worker_setups import master_after, sharing_setup
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -75,10 +75,7 @@ def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray
             results.extend(out["results"])
             sent.append(out["sent"])
         expected = sum(r.counters["updates_sent"] for r in results)
-        deadline_ok = wait_applied(controller, expected)
-        assert deadline_ok, f"the controller applied {controller.counters()['updates_applied']} of {expected}"
-        with controller.lock:
-            master = np.array(controller.params, dtype=np.float64, copy=True)
+        master = master_after(controller, expected)
     finally:
         for proc, _, _ in procs:
             if proc.poll() is None:

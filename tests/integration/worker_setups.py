@@ -1,7 +1,7 @@
 """What the replica-worker tests share: the WorkerSetup a test hands to ``replica_worker.py`` (what the
 driver would ship to a Spark task of a gradient-sharing fit: the network by value, DL4J's threshold and
-residual clipping, for a controller the test started on loopback), and the wait for the master to apply
-what the workers sent."""
+residual clipping, for a controller the test started on loopback), the wait for the master to apply
+what the workers sent, and the master copy read after it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+import numpy as np
 from psrv.encoding import AdaptiveThreshold, ResidualClipping
 from psrv.server import Controller
 from psrv.spark.payload import NetworkPayload
@@ -36,3 +37,11 @@ def wait_applied(controller: Controller, expected: int, timeout_s: float = 30.0)
             return True
         time.sleep(0.05)
     return False
+
+
+def master_after(controller: Controller, expected: int) -> np.ndarray:
+    """The master copy (float64) once it applied ``expected`` updates; fails the test past the deadline."""
+    assert wait_applied(controller, expected), \
+        f"the controller applied {controller.counters()['updates_applied']} of {expected}"
+    with controller.lock:
+        return np.array(controller.params, dtype=np.float64, copy=True)
