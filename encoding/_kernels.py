@@ -11,6 +11,10 @@ stop the pass before their block is changed, and the original value of every cha
 logged, so the caller can undo the pass exactly (``x - tau + tau`` would not always give ``x`` back).
 A large vector is split into chunks encoded by threads (``nogil``); the chunks' outputs are joined in
 order, so the message is identical to the one-thread message.
+
+``encode_gap_range`` encodes an implicit residual, the gap between a step buffer and the live
+parameters, block by block without storing it, and applies what it sends to the live parameters in the
+same pass (psrv.encoding.implicit_residual).
 """
 
 from __future__ import annotations
@@ -257,6 +261,92 @@ def add_difference_encode_range(x, bits, after, before, tau, abs_mask, tau_bits,
     return count, -1, bitmap_mode
 
 
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, words, count,
+                     bitmap_mode):
+    """Encode the hits of a block whose gap (step - live) sits in gap_bits[0:hi - lo], adding each sent
+    +-tau to live[lo:hi] as decode would; return (count, bitmap_mode)."""
+    values, signs = _block_masks(gap_bits, abs_mask, tau_bits, 0, hi - lo)
+    if bitmap_mode:
+        _write_block_words(words, lo, hi, values, signs)
+    capacity = indices.shape[0]
+    remaining = values
+    while remaining:
+        k = trailing_zeros(remaining)
+        remaining &= remaining - 1
+        j = lo + k
+        negative = (signs >> k) & 1
+        if not bitmap_mode:
+            if count == capacity:  # a sparse message cannot hold more: switch to the bitmap
+                _indices_to_bitmap(indices, count, words)
+                _write_block_words(words, lo, hi, values, signs)
+                bitmap_mode = True
+            else:
+                indices[count] = -(j + 1) if negative else j + 1
+        v = live[j]
+        originals[count] = v
+        count += 1
+        if negative:  # as apply_sparse / apply_bitmap add it: bit for bit the receivers' value
+            live[j] = v - tau
+        else:
+            live[j] = v + tau
+    return count, bitmap_mode
+
+
+@_kernel([_triple(_f4a, _f4a, _f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32, _i8, _i8,
+                  _i4a, _f4a, _u4a),
+          _triple(_f8a, _f8a, _f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64, _i8, _i8,
+                  _i4a, _f8a, _u4a)])
+def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indices,
+                     originals, words):
+    """Encode the gap ``step - live`` over [start, stop) without storing it, and add every sent +-tau to
+    ``live`` in the same pass; return (count, first_bad, bitmap_mode) as encode_range does.
+
+    Each block's gap is computed into ``gap`` (BLOCK elements of scratch; ``gap_bits`` is it viewed as
+    unsigned ints), reduced to its largest |gap|, and visited only when that reaches tau. A block whose
+    gap is NaN/inf stops the pass before live is changed there; the original value of every changed
+    element of live is logged, so the caller can restore live exactly (restore_sparse / restore_bitmap).
+    ``step`` is only read.
+    """
+    count = 0
+    bitmap_mode = False
+    zero = tau_bits ^ tau_bits
+    lo = start
+    while lo < stop:
+        hi = min(lo + BLOCK, stop)
+        largest = zero
+        if hi - lo == BLOCK:  # fixed-length loops over slices, which LLVM vectorizes
+            s, v = step[lo:hi], live[lo:hi]
+            for j in range(BLOCK):
+                gap[j] = s[j] - v[j]
+            for j in range(BLOCK):
+                largest = max(largest, gap_bits[j] & abs_mask)
+        else:
+            for j in range(hi - lo):
+                gap[j] = step[lo + j] - live[lo + j]
+            for j in range(hi - lo):
+                largest = max(largest, gap_bits[j] & abs_mask)
+        if largest >= tau_bits:
+            if largest >= inf_bits:
+                return count, lo + _first_bad(gap_bits, abs_mask, inf_bits, 0, hi - lo), bitmap_mode
+            count, bitmap_mode = _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices,
+                                                  originals, words, count, bitmap_mode)
+        lo = hi
+    return count, -1, bitmap_mode
+
+
+@_kernel([types.void(_f4a, _f4a, types.float32), types.void(_f8a, _f8a, types.float64)])
+def clip_gap(step, live, limit):
+    """Clip the gap ``step - live`` to [-limit, limit] by moving ``step`` (live is only read): where it
+    is beyond, ``step = live +- limit``; elsewhere step is not written."""
+    for j in range(step.shape[0]):
+        d = step[j] - live[j]
+        if d > limit:
+            step[j] = live[j] + limit
+        elif d < -limit:
+            step[j] = live[j] - limit
+
+
 @_kernel([types.void(_f4a, _f4a, _f4a, _i8, _i8), types.void(_f8a, _f8a, _f8a, _i8, _i8)])
 def add_difference_range(x, after, before, start, stop):
     """``x[start:stop] += after - before`` in one pass (no temporary for the difference)."""
@@ -390,9 +480,9 @@ def load_all() -> None:
         _ = kernel.dispatcher
 
 
-ALL_KERNELS = (encode_range, add_difference_encode_range, add_difference_range, copy_to_both,
-               indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap, validate_sparse,
-               validate_bitmap, apply_sparse, apply_bitmap)
+ALL_KERNELS = (encode_range, add_difference_encode_range, encode_gap_range, clip_gap, add_difference_range,
+               copy_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
+               validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -133,6 +133,35 @@ def add_difference_encode_counted(residual: np.ndarray, after: np.ndarray, befor
     return _encode(residual, threshold, threads, (after, before))
 
 
+def encode_gap_counted(step: np.ndarray, live: np.ndarray, threshold: float, *,
+                       threads: int = 1) -> tuple[np.ndarray | None, int]:
+    """Encode the gap ``step - live`` (an implicit residual, never written) and apply the message to
+    ``live`` in the same pass; returns (message or None, count).
+
+    The message is byte for byte ``encode_counted(step - live, threshold)`` and ``live`` ends bit for
+    bit as ``decode(message, live)`` leaves it, so the gap afterwards is the residual left after the
+    send. ``step`` is only read. A NaN or inf gap raises NonFiniteResidualError as ``encode`` does,
+    with nothing emitted and ``live`` unchanged.
+    """
+    _check_pair(step, live, "step", "live")
+    return _encode(live, threshold, threads, None, gap_of=step)
+
+
+def clip_gap(step: np.ndarray, live: np.ndarray, limit: float) -> None:
+    """Clip the gap ``step - live`` to [-limit, limit] by moving ``step`` where it is beyond (one pass;
+    ``step`` is written only there): residual clipping of an implicit residual."""
+    _check_pair(step, live, "step", "live")
+    k.clip_gap(step, live, step.dtype.type(limit))
+
+
+def _check_pair(first: np.ndarray, second: np.ndarray, first_name: str, second_name: str) -> None:
+    _check_vector(first, first_name, writeable=True)
+    _check_vector(second, second_name, writeable=True)
+    if second.dtype != first.dtype or second.shape != first.shape:
+        raise ValueError(f"{second_name} must match {first_name} ({first.dtype}{list(first.shape)}), got "
+                         f"{second.dtype}{list(second.shape)}")
+
+
 def add_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarray) -> None:
     """``residual += after - before`` in one pass, rounded as the two operations apart."""
     _check_difference(residual, after, before)
@@ -161,8 +190,11 @@ def _check_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarra
 
 
 def _encode(residual: np.ndarray, threshold: float, threads: int,
-            difference: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray | None, int]:
-    """encode_counted's body; with ``difference`` (after, before) each chunk adds it first."""
+            difference: tuple[np.ndarray, np.ndarray] | None, *,
+            gap_of: np.ndarray | None = None) -> tuple[np.ndarray | None, int]:
+    """encode_counted's body; with ``difference`` (after, before) each chunk adds it first; with
+    ``gap_of`` the encoded vector is ``gap_of - residual`` and ``residual`` (the live parameters) gets
+    the message added instead of subtracted."""
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     tau32 = float32_threshold(threshold)
@@ -179,9 +211,13 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
     chunks = _chunks(n, threads)
     indices, originals, bitmap = _scratch(n, residual.dtype)
     word_ranges = [(lo // WORD_ELEMENTS, -(-hi // WORD_ELEMENTS)) for lo, hi in chunks]
+    gaps = np.empty((len(chunks), k.BLOCK), dtype=residual.dtype) if gap_of is not None else None
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
+        if gaps is not None:
+            return k.encode_gap_range(gap_of, residual, gaps[c], gaps[c].view(bits_dtype), tau, abs_mask,
+                                      tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi], bitmap)
         if difference is not None:
             return k.add_difference_encode_range(residual, bits, difference[0], difference[1], tau, abs_mask,
                                                  tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi],
@@ -201,7 +237,8 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
             else:
                 k.restore_sparse(residual, indices[w0:w1], count, originals[lo:hi])
         _clear_bitmap(bitmap, results, word_ranges)
-        raise NonFiniteResidualError(int(bad[0]), float(residual[bad[0]]))
+        value = residual[bad[0]] if gap_of is None else gap_of[bad[0]] - residual[bad[0]]
+        raise NonFiniteResidualError(int(bad[0]), float(value))
 
     total = sum(count for count, _, _ in results)
     if total == 0:
@@ -413,10 +450,12 @@ __all__ = [
     "add_difference_encode_counted",
     "copy_to_both",
     "bitmap_problem",
+    "clip_gap",
     "decode",
     "decode_validated",
     "encode",
     "encode_counted",
+    "encode_gap_counted",
     "float32_bits",
     "float32_threshold",
     "message_info",

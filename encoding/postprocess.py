@@ -51,8 +51,7 @@ class ResidualClipping:
 
     def process(self, residual: Any, threshold: float) -> None:
         """Count one step; on every ``every``-th, clip (tau rounded to float32, as the encoder uses it)."""
-        self.steps += 1
-        if self.steps % self.every:
+        if self.due_limit(threshold) is None:
             return
         tau = float(float32_threshold(threshold))
         if isinstance(residual, np.ndarray):
@@ -62,6 +61,15 @@ class ResidualClipping:
             limit = float(np.float32(self.multiple * tau) if str(residual.dtype) == "torch.float32"
                           else self.multiple * tau)
             residual.clamp_(-limit, limit)
+
+    def due_limit(self, threshold: float) -> float | None:
+        """Count one step; the clipping limit (multiple * float32 tau) when this step clips, else None.
+        What ``process`` does without the residual, for a caller that clips it its own way (an
+        implicit residual is clipped by moving the step buffer)."""
+        self.steps += 1
+        if self.steps % self.every:
+            return None
+        return self.multiple * float(float32_threshold(threshold))
 
     def get_state(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,
