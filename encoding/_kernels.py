@@ -11,10 +11,7 @@ stop the pass before their block is changed, and the original value of every cha
 logged, so the caller can undo the pass exactly (``x - tau + tau`` would not always give ``x`` back).
 A large vector is split into chunks encoded by threads (``nogil``); the chunks' outputs are joined in
 order, so the message is identical to the one-thread message.
-
-``encode_gap_range`` encodes an implicit residual, the gap between a step buffer and the live
-parameters, block by block without storing it, and applies what it sends to the live parameters in the
-same pass (psrv.encoding.implicit_residual).
+``encode_gap_range`` encodes an implicit residual (psrv.encoding.implicit_residual) without storing it.
 """
 
 from __future__ import annotations
@@ -293,12 +290,22 @@ def _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices, o
     return count, bitmap_mode
 
 
-@_kernel([_triple(_f4a, _f4a, _f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32, _i8, _i8,
-                  _i4a, _f4a, _u4a),
-          _triple(_f8a, _f8a, _f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64, _i8, _i8,
-                  _i4a, _f8a, _u4a)])
-def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bits, start, stop, indices,
-                     originals, words):
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _clip_gap_block(step, live, limit, lo, hi):  # where |step - live| > limit: step = live +- limit
+    for j in range(lo, hi):
+        d = step[j] - live[j]
+        if d > limit:
+            step[j] = live[j] + limit
+        elif d < -limit:
+            step[j] = live[j] - limit
+
+
+@_kernel([_triple(_f4a, _f4a, _f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32,
+                  types.float32, types.uint32, _i8, _i8, _i4a, _f4a, _u4a),
+          _triple(_f8a, _f8a, _f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64,
+                  types.float64, types.uint64, _i8, _i8, _i4a, _f8a, _u4a)])
+def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bits, limit, limit_bits, start,
+                     stop, indices, originals, words):
     """Encode the gap ``step - live`` over [start, stop) without storing it, and add every sent +-tau to
     ``live`` in the same pass; return (count, first_bad, bitmap_mode) as encode_range does.
 
@@ -306,11 +313,16 @@ def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bit
     unsigned ints), reduced to its largest |gap|, and visited only when that reaches tau. A block whose
     gap is NaN/inf stops the pass before live is changed there; the original value of every changed
     element of live is logged, so the caller can restore live exactly (restore_sparse / restore_bitmap).
-    ``step`` is only read.
+    With ``limit_bits`` below ``inf_bits`` the gap left after the send is also clipped to +-limit by
+    moving ``step`` (clip_gap's arithmetic, in the blocks whose gap reached min(tau, limit): elsewhere
+    nothing exceeds the limit and live is unchanged), while the block is in cache; otherwise ``step`` is
+    only read. A clip is not undone when a later block stops the pass.
     """
     count = 0
     bitmap_mode = False
     zero = tau_bits ^ tau_bits
+    clip = limit_bits < inf_bits
+    visit_bits = limit_bits if clip and limit_bits < tau_bits else tau_bits
     lo = start
     while lo < stop:
         hi = min(lo + BLOCK, stop)
@@ -326,25 +338,22 @@ def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bit
                 gap[j] = step[lo + j] - live[lo + j]
             for j in range(hi - lo):
                 largest = max(largest, gap_bits[j] & abs_mask)
-        if largest >= tau_bits:
+        if largest >= visit_bits:
             if largest >= inf_bits:
                 return count, lo + _first_bad(gap_bits, abs_mask, inf_bits, 0, hi - lo), bitmap_mode
-            count, bitmap_mode = _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices,
-                                                  originals, words, count, bitmap_mode)
+            if largest >= tau_bits:
+                count, bitmap_mode = _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi,
+                                                      indices, originals, words, count, bitmap_mode)
+            if clip:
+                _clip_gap_block(step, live, limit, lo, hi)
         lo = hi
     return count, -1, bitmap_mode
 
 
 @_kernel([types.void(_f4a, _f4a, types.float32), types.void(_f8a, _f8a, types.float64)])
 def clip_gap(step, live, limit):
-    """Clip the gap ``step - live`` to [-limit, limit] by moving ``step`` (live is only read): where it
-    is beyond, ``step = live +- limit``; elsewhere step is not written."""
-    for j in range(step.shape[0]):
-        d = step[j] - live[j]
-        if d > limit:
-            step[j] = live[j] + limit
-        elif d < -limit:
-            step[j] = live[j] - limit
+    """Clip the gap ``step - live`` to +-limit by moving ``step`` where it is beyond (live is read)."""
+    _clip_gap_block(step, live, limit, 0, step.shape[0])
 
 
 @_kernel([types.void(_f4a, _f4a, _f4a, _i8, _i8), types.void(_f8a, _f8a, _f8a, _i8, _i8)])

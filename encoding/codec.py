@@ -133,18 +133,22 @@ def add_difference_encode_counted(residual: np.ndarray, after: np.ndarray, befor
     return _encode(residual, threshold, threads, (after, before))
 
 
-def encode_gap_counted(step: np.ndarray, live: np.ndarray, threshold: float, *,
-                       threads: int = 1) -> tuple[np.ndarray | None, int]:
+def encode_gap_counted(step: np.ndarray, live: np.ndarray, threshold: float, *, threads: int = 1,
+                       clip: float | None = None) -> tuple[np.ndarray | None, int]:
     """Encode the gap ``step - live`` (an implicit residual, never written) and apply the message to
     ``live`` in the same pass; returns (message or None, count).
 
     The message is byte for byte ``encode_counted(step - live, threshold)`` and ``live`` ends bit for
     bit as ``decode(message, live)`` leaves it, so the gap afterwards is the residual left after the
-    send. ``step`` is only read. A NaN or inf gap raises NonFiniteResidualError as ``encode`` does,
-    with nothing emitted and ``live`` unchanged.
+    send. ``step`` is only read, unless ``clip`` is given: then the gap left is clipped to +-clip in
+    the same pass, bit for bit as ``clip_gap(step, live, clip)`` afterwards. A NaN or inf gap raises
+    NonFiniteResidualError as ``encode`` does, with nothing emitted and ``live`` unchanged (``step``
+    may be clipped before the bad element).
     """
     _check_pair(step, live, "step", "live")
-    return _encode(live, threshold, threads, None, gap_of=step)
+    if clip is not None and not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be positive and finite, got {clip!r}")
+    return _encode(live, threshold, threads, None, gap_of=step, clip=clip)
 
 
 def clip_gap(step: np.ndarray, live: np.ndarray, limit: float) -> None:
@@ -190,8 +194,8 @@ def _check_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarra
 
 
 def _encode(residual: np.ndarray, threshold: float, threads: int,
-            difference: tuple[np.ndarray, np.ndarray] | None, *,
-            gap_of: np.ndarray | None = None) -> tuple[np.ndarray | None, int]:
+            difference: tuple[np.ndarray, np.ndarray] | None, *, gap_of: np.ndarray | None = None,
+            clip: float | None = None) -> tuple[np.ndarray | None, int]:
     """encode_counted's body; with ``difference`` (after, before) each chunk adds it first; with
     ``gap_of`` the encoded vector is ``gap_of - residual`` and ``residual`` (the live parameters) gets
     the message added instead of subtracted."""
@@ -212,12 +216,15 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
     indices, originals, bitmap = _scratch(n, residual.dtype)
     word_ranges = [(lo // WORD_ELEMENTS, -(-hi // WORD_ELEMENTS)) for lo, hi in chunks]
     gaps = np.empty((len(chunks), k.BLOCK), dtype=residual.dtype) if gap_of is not None else None
+    limit = residual.dtype.type(np.inf if clip is None else clip)
+    limit_bits = inf_bits if clip is None else np.array([limit]).view(bits_dtype)[0]
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
         if gaps is not None:
             return k.encode_gap_range(gap_of, residual, gaps[c], gaps[c].view(bits_dtype), tau, abs_mask,
-                                      tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi], bitmap)
+                                      tau_bits, inf_bits, limit, limit_bits, lo, hi, indices[w0:w1],
+                                      originals[lo:hi], bitmap)
         if difference is not None:
             return k.add_difference_encode_range(residual, bits, difference[0], difference[1], tau, abs_mask,
                                                  tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi],

@@ -62,14 +62,20 @@ class ResidualClipping:
                           else self.multiple * tau)
             residual.clamp_(-limit, limit)
 
-    def due_limit(self, threshold: float) -> float | None:
-        """Count one step; the clipping limit (multiple * float32 tau) when this step clips, else None.
-        What ``process`` does without the residual, for a caller that clips it its own way (an
-        implicit residual is clipped by moving the step buffer)."""
-        self.steps += 1
-        if self.steps % self.every:
+    def upcoming_limit(self, threshold: float) -> float | None:
+        """The clipping limit (multiple * float32 tau) when the next step clips, else None; counts
+        nothing. For a caller that clips the residual its own way (an implicit residual is clipped
+        inside its encoding pass by moving the step buffer), then counts the step with ``due_limit``."""
+        if (self.steps + 1) % self.every:
             return None
         return self.multiple * float(float32_threshold(threshold))
+
+    def due_limit(self, threshold: float) -> float | None:
+        """Count one step; the clipping limit when this step clips, else None (``process`` without the
+        residual)."""
+        limit = self.upcoming_limit(threshold)
+        self.steps += 1
+        return limit
 
     def get_state(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,

@@ -9,7 +9,6 @@ import numpy as np
 from psrv.encoding.codec import (
     add_difference,
     add_difference_encode_counted,
-    clip_gap,
     encode_counted,
     encode_gap_counted,
 )
@@ -112,7 +111,8 @@ class ResidualEncoder:
         post-process the gap by moving ``step``; let the algorithm observe. Threshold state, ``steps``
         and ``last_count`` advance as in ``encode_update``. On the host only; ``self.residual`` is then
         scratch, holding the gap only while a threshold algorithm with ``prepare``, the debug
-        statistics or a post-processor of the user's own must see it."""
+        statistics or a post-processor of the user's own must see it. ResidualClipping clips the gap
+        inside the encoding pass on its steps (``encode_gap_counted(clip=)``)."""
         if self.device is not None:
             raise ValueError("encode_gap works on host vectors; a device encoder takes encode_update")
         if self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
@@ -122,21 +122,19 @@ class ResidualEncoder:
                 self.last_stats = encoding_stats(self.residual, tau)
         else:
             tau = self.threshold_algorithm.threshold
-        message, count = encode_gap_counted(step, live, tau, threads=self.threads)
-        self._post_process_gap(step, live, tau)
+        processor = self.post_processor
+        clipping = type(processor) is ResidualClipping  # clipped inside the encoding pass when due
+        message, count = encode_gap_counted(step, live, tau, threads=self.threads,
+                                            clip=processor.upcoming_limit(tau) if clipping else None)
+        if clipping:
+            processor.due_limit(tau)  # counts the step
+        elif type(processor) is not NoResidualPostProcessor:
+            self._post_process_gap(step, live, tau)
         return self._observed(message, count)
 
     def _post_process_gap(self, step: np.ndarray, live: np.ndarray, tau: float) -> None:
-        """The post-processor on the gap: clipping moves ``step`` in one pass when due; another
-        processor sees the gap materialized and ``step`` takes what it changed."""
+        """A post-processor of the user's own sees the gap materialized; ``step`` takes what it changed."""
         processor = self.post_processor
-        if type(processor) is NoResidualPostProcessor:
-            return
-        if type(processor) is ResidualClipping:
-            limit = processor.due_limit(tau)
-            if limit is not None:
-                clip_gap(step, live, limit)
-            return
         gap = self.residual
         np.subtract(step, live, out=gap)
         before = gap.copy()

@@ -102,6 +102,24 @@ def test_clip_gap_moves_the_step_buffer_only_where_the_gap_is_beyond() -> None:
         clip_gap(step, live[:5], 1.0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("limit", [5e-3, 5e-4])  # above tau (ResidualClipping's), and below it
+def test_the_clip_inside_the_encoding_pass_is_clip_gap_afterwards(dtype, limit: float) -> None:
+    fused_step, fused_live = _pair(100_003, dtype, seed=6, spread=1e-2)
+    step, live = fused_step.copy(), fused_live.copy()
+    fused, count = encode_gap_counted(fused_step, fused_live, 1e-3, clip=limit)
+    expected, expected_count = encode_gap_counted(step, live, 1e-3)
+    clip_gap(step, live, limit)
+    assert count == expected_count > 0
+    np.testing.assert_array_equal(fused, expected)
+    np.testing.assert_array_equal(_bits(fused_live), _bits(live))
+    np.testing.assert_array_equal(_bits(fused_step), _bits(step))
+    rounding = np.spacing((np.abs(live) + limit).astype(dtype))  # of live +- limit
+    assert np.all(np.abs(step - live) <= dtype(limit) + rounding)
+    with pytest.raises(ValueError, match="clip must be positive and finite"):
+        encode_gap_counted(step, live, 1e-3, clip=0.0)
+
+
 class _HalveLarge:
     """A post-processor of a user's own: halves the residual where it exceeds 2 tau."""
 
