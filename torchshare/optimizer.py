@@ -33,7 +33,7 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-from psrv.encoding import ResidualEncoder, post_processor_from_state, threshold_algorithm_from_state
+from psrv.encoding import ResidualEncoder, decode, post_processor_from_state, threshold_algorithm_from_state
 from psrv.encoding.implicit_residual import ImplicitResidual
 from psrv.nn.torch_device import import_torch, place_module
 from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, step_before_after
@@ -176,9 +176,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return loss
 
     def _submit_from_host(self, message: np.ndarray) -> None:
-        """Hand an own message (already applied to the live parameters) to the node, under its lock."""
+        """Hand an own message (already applied to the live parameters) to the node, under its lock. If
+        the node refuses it (e.g. its send queue stayed full), the apply is taken back: the update
+        returns to the residual (the gap) and goes with a later step."""
         if self.node is not None:
-            self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=False)
+            try:
+                self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=False)
+            except Exception:
+                decode(message, self._buffers.host_view, scale=-1.0)
+                raise
         self.messages += 1
         self.bytes_sent += int(message.nbytes)
 

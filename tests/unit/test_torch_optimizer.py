@@ -274,3 +274,32 @@ def test_each_message_is_the_encoding_of_the_gap() -> None:
         if (step + 1) % 5 == 0:
             assert np.abs(step_buffer - live).max() <= 5 * captured["tau"] * (1 + 1e-6)
     assert 1 in forms and 0 in forms and opt.messages == len(forms)
+
+
+def test_a_refused_submit_takes_the_own_apply_back() -> None:
+    """The node refuses the message (its send queue stayed full): the live parameters are back where they
+    were (the update is not in this replica while the master never gets it) and the update stays in the
+    residual, sent by the next step."""
+    from psrv.transport.errors import SendQueueFullError
+
+    class RefusingNode:
+        def submit(self, message, **fields):
+            raise SendQueueFullError("full")
+
+    model = _model(grid=True)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, join=False,
+                               threshold_algorithm=FixedThreshold(2.0**-10),
+                               post_processor=NoResidualPostProcessor())
+    live = opt.flat_params.numpy()
+    before = live.copy()
+    opt.node = RefusingNode()
+    _loss(model, 0).backward()
+    with pytest.raises(SendQueueFullError):
+        opt.step()
+    np.testing.assert_array_equal(live, before)  # on the grid: taken back exactly
+    assert opt.messages == 0 and np.abs(opt.state_dict()["residual"]).max() >= 2.0**-10
+    opt.node = None
+    opt.zero_grad()
+    _loss(model, 0).backward()
+    opt.step()
+    assert opt.messages == 1 and not np.array_equal(live, before)
