@@ -9,9 +9,8 @@ reduced to its largest |x| with a vectorized integer max over the floats' bits; 
 tau are revisited (a vectorized 64-bit hit mask, then one step per hit) while still in cache. NaN/inf
 stop the pass before their block is changed, and the original value of every changed element is
 logged, so the caller can undo the pass exactly (``x - tau + tau`` would not always give ``x`` back).
-A large vector is split into chunks encoded by threads (``nogil``); the chunks' outputs are joined in
-order, so the message is identical to the one-thread message.
-``encode_gap_range`` encodes an implicit residual (psrv.encoding.implicit_residual) without storing it.
+A large vector is split into chunks encoded by threads (``nogil``), joined in order: the message is
+identical to the one-thread message. ``encode_gap_range`` encodes an implicit residual unstored.
 """
 
 from __future__ import annotations
@@ -306,17 +305,12 @@ def _clip_gap_block(step, live, limit, lo, hi):  # where |step - live| > limit: 
                   types.float64, types.uint64, _i8, _i8, _i4a, _f8a, _u4a)])
 def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bits, limit, limit_bits, start,
                      stop, indices, originals, words):
-    """Encode the gap ``step - live`` over [start, stop) without storing it, and add every sent +-tau to
-    ``live`` in the same pass; return (count, first_bad, bitmap_mode) as encode_range does.
-
-    Each block's gap is computed into ``gap`` (BLOCK elements of scratch; ``gap_bits`` is it viewed as
-    unsigned ints), reduced to its largest |gap|, and visited only when that reaches tau. A block whose
-    gap is NaN/inf stops the pass before live is changed there; the original value of every changed
-    element of live is logged, so the caller can restore live exactly (restore_sparse / restore_bitmap).
-    With ``limit_bits`` below ``inf_bits`` the gap left after the send is also clipped to +-limit by
-    moving ``step`` (clip_gap's arithmetic, in the blocks whose gap reached min(tau, limit): elsewhere
-    nothing exceeds the limit and live is unchanged), while the block is in cache; otherwise ``step`` is
-    only read. A clip is not undone when a later block stops the pass.
+    """Encode the gap ``step - live`` over [start, stop) without storing it, adding every sent +-tau to
+    ``live`` in the same pass; return (count, first_bad, bitmap_mode) as encode_range does. Each block's
+    gap goes to ``gap`` (BLOCK elements of scratch; ``gap_bits`` its bits); NaN/inf stops the pass before
+    live changes there, and live's originals are logged for the caller's restore. With ``limit_bits``
+    below ``inf_bits`` the gap left is also clipped to +-limit by moving ``step`` (clip_gap's arithmetic;
+    not undone when a later block stops the pass); otherwise ``step`` is only read.
     """
     count = 0
     bitmap_mode = False
@@ -344,15 +338,21 @@ def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bit
             if largest >= tau_bits:
                 count, bitmap_mode = _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi,
                                                       indices, originals, words, count, bitmap_mode)
-            if clip:
+            if clip and limit_bits < tau_bits:  # gaps below tau may exceed the limit too
                 _clip_gap_block(step, live, limit, lo, hi)
+            elif clip:  # only the sent elements can: the others' gap is below tau, their live unchanged
+                hits = _block_masks(gap_bits, abs_mask, tau_bits, 0, hi - lo)[0]
+                while hits:
+                    j = lo + trailing_zeros(hits)
+                    hits &= hits - 1
+                    _clip_gap_block(step, live, limit, j, j + 1)
         lo = hi
     return count, -1, bitmap_mode
 
 
 @_kernel([types.void(_f4a, _f4a, types.float32), types.void(_f8a, _f8a, types.float64)])
 def clip_gap(step, live, limit):
-    """Clip the gap ``step - live`` to +-limit by moving ``step`` where it is beyond (live is read)."""
+    """Clip the gap ``step - live`` to +-limit by moving ``step`` where it is beyond."""
     _clip_gap_block(step, live, limit, 0, step.shape[0])
 
 
