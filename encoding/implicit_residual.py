@@ -7,7 +7,8 @@ step. Here ``B`` is never reloaded and the invariant ``B - L == residual`` holds
 the residual is never stored:
 
 * the optimizer steps ``B`` in place (the step joins the residual by itself);
-* every write the node makes to ``L`` is mirrored into ``B`` later, by the training thread: the node's
+* every write the node makes to ``L`` is mirrored into ``B``: at once while no optimizer step runs,
+  else later, by the training thread (``begin_step`` ... ``encode_step``): the node's
   ``apply``/``apply_many`` hooks decode into ``L`` and queue the payload; ``installed(params)`` (a
   download: catch-up, re-sync) sets ``L = params`` and queues the pair (old ``L``, new ``L``), which
   the mirror turns into ``B = new + (B - old)``: the residual survives the install. After a download
@@ -56,6 +57,7 @@ class ImplicitResidual:
         self.encoder, self.live, self.step = encoder, live, step
         self.node_params = live.copy()  # the node's download target; L is written through the hooks
         self._pending: list[Any] = []  # payloads, and (old, new) pairs of an install, to mirror into B
+        self._stepping = False  # the optimizer may be writing B: the node's writes wait in _pending
 
     # --- the node's hooks (called under its lock) -----------------------------------------------------
 
@@ -65,7 +67,7 @@ class ImplicitResidual:
     def apply(self, payload: np.ndarray, header: dict) -> None:
         """A received (or re-applied own) update: into ``L`` now, into ``B`` at the next mirror."""
         decode_validated(payload, self.live)
-        self._pending.append(payload)
+        self._queued(payload)
 
     def apply_many(self, payloads: list[np.ndarray], headers: list[dict]) -> list[Exception | None]:
         """An UPDATES frame's updates, each as ``apply``; a failing one is returned as its error."""
@@ -83,7 +85,12 @@ class ImplicitResidual:
         keeping its gap (the residual)."""
         old = self.live.copy()
         np.copyto(self.live, params, casting="same_kind")
-        self._pending.append((old, self.live.copy()))
+        self._queued((old, self.live.copy()))
+
+    def _queued(self, entry: Any) -> None:
+        self._pending.append(entry)
+        if not self._stepping:  # nobody writes B now: mirror at once, so the queue stays short
+            self.mirror()
 
     # --- the training thread (under the same lock) ----------------------------------------------------
 
@@ -98,11 +105,21 @@ class ImplicitResidual:
             else:
                 decode_validated(entry, self.step)
 
-    def encode_step(self) -> np.ndarray | None:
-        """After the optimizer stepped ``B``: mirror, then encode the gap, applying the message to ``L``
-        in the same pass. Returns the message (None when nothing reached tau) for the caller to submit
-        without applying it again (``apply_locally=False``), still under the lock."""
+    def begin_step(self) -> None:
+        """The optimizer is about to step ``B`` (outside the lock): the node's writes wait until
+        ``end_step`` or ``encode_step``."""
+        self._stepping = True
+
+    def end_step(self) -> None:
+        """The optimizer's step is over (or failed): mirror what waited."""
+        self._stepping = False
         self.mirror()
+
+    def encode_step(self) -> np.ndarray | None:
+        """After the optimizer stepped ``B``: ``end_step``, then encode the gap, applying the message to
+        ``L`` in the same pass. Returns the message (None when nothing reached tau) for the caller to
+        submit without applying it again (``apply_locally=False``), still under the lock."""
+        self.end_step()
         return self.encoder.encode_gap(self.step, self.live)
 
     def residual(self) -> np.ndarray:

@@ -167,7 +167,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if message is not None:
                 self._submit_from_device(message)
             return loss
-        self.optimizer.step()  # on the persistent step buffer: the step joins the implicit residual
+        with self.lock:
+            self.implicit.begin_step()  # the node's writes wait for the mirror while B is stepped
+        try:
+            self.optimizer.step()  # on the persistent step buffer: the step joins the implicit residual
+        except BaseException:
+            with self.lock:
+                self.implicit.end_step()
+            raise
         self.iterations += 1
         with self.lock:  # the node's writes mirrored, the gap encoded and applied, the message submitted
             message = self.implicit.encode_step()

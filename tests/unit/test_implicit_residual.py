@@ -191,11 +191,22 @@ def test_the_gap_survives_applies_installs_and_reapplied_own_updates() -> None:
     residual_after_own = implicit.residual()
     np.testing.assert_allclose(residual_after_own, residual - _decoded(own), atol=1e-6)
     received = [_message(n, seed) for seed in range(3)]
+    mirrored = step.copy()
+    decode(received[0], mirrored)
     implicit.apply(received[0], {})
+    np.testing.assert_array_equal(step, mirrored)  # no optimizer step runs: mirrored at once
+    implicit.begin_step()  # the optimizer may write the step buffer now: the node's writes wait
     assert implicit.apply_many(received[1:] + [np.array([1, 2, 3], np.int32)], [{}] * 3)[2] is not None
+    np.testing.assert_array_equal(step, mirrored)
+    implicit.end_step()
+    for message in received[1:]:
+        decode(message, mirrored)
+    np.testing.assert_array_equal(step, mirrored)
+    implicit.begin_step()
     master = (live + np.float32(0.25)).astype(np.float32)  # a download that lacks our own update...
     implicit.installed(master)
     implicit.apply(own, {})  # ...which the node re-applies through the hook
+    implicit.end_step()
     expected_live = master.copy()
     decode(own, expected_live)
     np.testing.assert_array_equal(live, expected_live)
