@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         message_info,
         sparse_message,
     )
+    from psrv.encoding.implicit_residual import ImplicitResidual
     from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
     from psrv.encoding.residual_encoder import ResidualEncoder
     from psrv.encoding.stats import EncodingStats, encoding_stats
@@ -57,6 +58,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",
     )},
     "ResidualEncoder": ("psrv.encoding.residual_encoder", "ResidualEncoder"),
+    "ImplicitResidual": ("psrv.encoding.implicit_residual", "ImplicitResidual"),
     "EncodingStats": ("psrv.encoding.stats", "EncodingStats"),
     "encoding_stats": ("psrv.encoding.stats", "encoding_stats"),
     "ThresholdAlgorithm": ("psrv.encoding.strategies", "ThresholdAlgorithm"),
@@ -88,6 +90,7 @@ __all__ = [
     "EncodingError",
     "EncodingStats",
     "FixedThreshold",
+    "ImplicitResidual",
     "InvalidStateError",
     "MalformedMessageError",
     "MessageInfo",

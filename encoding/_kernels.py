@@ -9,8 +9,8 @@ reduced to its largest |x| with a vectorized integer max over the floats' bits; 
 tau are revisited (a vectorized 64-bit hit mask, then one step per hit) while still in cache. NaN/inf
 stop the pass before their block is changed, and the original value of every changed element is
 logged, so the caller can undo the pass exactly (``x - tau + tau`` would not always give ``x`` back).
-A large vector is split into chunks encoded by threads (``nogil``); the chunks' outputs are joined in
-order, so the message is identical to the one-thread message.
+A large vector is split into chunks encoded by threads (``nogil``), joined in order: the message is
+identical to the one-thread message. ``encode_gap_range`` encodes an implicit residual unstored.
 """
 
 from __future__ import annotations
@@ -257,6 +257,105 @@ def add_difference_encode_range(x, bits, after, before, tau, abs_mask, tau_bits,
     return count, -1, bitmap_mode
 
 
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, words, count,
+                     bitmap_mode):
+    """Encode the hits of a block whose gap (step - live) sits in gap_bits[0:hi - lo], adding each sent
+    +-tau to live[lo:hi] as decode would; return (count, bitmap_mode)."""
+    values, signs = _block_masks(gap_bits, abs_mask, tau_bits, 0, hi - lo)
+    if bitmap_mode:
+        _write_block_words(words, lo, hi, values, signs)
+    capacity = indices.shape[0]
+    remaining = values
+    while remaining:
+        k = trailing_zeros(remaining)
+        remaining &= remaining - 1
+        j = lo + k
+        negative = (signs >> k) & 1
+        if not bitmap_mode:
+            if count == capacity:  # a sparse message cannot hold more: switch to the bitmap
+                _indices_to_bitmap(indices, count, words)
+                _write_block_words(words, lo, hi, values, signs)
+                bitmap_mode = True
+            else:
+                indices[count] = -(j + 1) if negative else j + 1
+        v = live[j]
+        originals[count] = v
+        count += 1
+        if negative:  # as apply_sparse / apply_bitmap add it: bit for bit the receivers' value
+            live[j] = v - tau
+        else:
+            live[j] = v + tau
+    return count, bitmap_mode
+
+
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _clip_gap_block(step, live, limit, lo, hi):  # where |step - live| > limit: step = live +- limit
+    for j in range(lo, hi):
+        d = step[j] - live[j]
+        if d > limit:
+            step[j] = live[j] + limit
+        elif d < -limit:
+            step[j] = live[j] - limit
+
+
+@_kernel([_triple(_f4a, _f4a, _f4a, _u4a, types.float32, types.uint32, types.uint32, types.uint32,
+                  types.float32, types.uint32, _i8, _i8, _i4a, _f4a, _u4a),
+          _triple(_f8a, _f8a, _f8a, _u8a, types.float64, types.uint64, types.uint64, types.uint64,
+                  types.float64, types.uint64, _i8, _i8, _i4a, _f8a, _u4a)])
+def encode_gap_range(step, live, gap, gap_bits, tau, abs_mask, tau_bits, inf_bits, limit, limit_bits, start,
+                     stop, indices, originals, words):
+    """Encode the gap ``step - live`` over [start, stop) without storing it, adding every sent +-tau to
+    ``live`` in the same pass; return (count, first_bad, bitmap_mode) as encode_range does. Each block's
+    gap goes to ``gap`` (BLOCK elements of scratch; ``gap_bits`` its bits); NaN/inf stops the pass before
+    live changes there, and live's originals are logged for the caller's restore. With ``limit_bits``
+    below ``inf_bits`` the gap left is also clipped to +-limit by moving ``step`` (clip_gap's arithmetic;
+    not undone when a later block stops the pass); otherwise ``step`` is only read.
+    """
+    count = 0
+    bitmap_mode = False
+    zero = tau_bits ^ tau_bits
+    clip = limit_bits < inf_bits
+    visit_bits = limit_bits if clip and limit_bits < tau_bits else tau_bits
+    lo = start
+    while lo < stop:
+        hi = min(lo + BLOCK, stop)
+        largest = zero
+        if hi - lo == BLOCK:  # fixed-length loops over slices, which LLVM vectorizes
+            s, v = step[lo:hi], live[lo:hi]
+            for j in range(BLOCK):
+                gap[j] = s[j] - v[j]
+            for j in range(BLOCK):
+                largest = max(largest, gap_bits[j] & abs_mask)
+        else:
+            for j in range(hi - lo):
+                gap[j] = step[lo + j] - live[lo + j]
+            for j in range(hi - lo):
+                largest = max(largest, gap_bits[j] & abs_mask)
+        if largest >= visit_bits:
+            if largest >= inf_bits:
+                return count, lo + _first_bad(gap_bits, abs_mask, inf_bits, 0, hi - lo), bitmap_mode
+            if largest >= tau_bits:
+                count, bitmap_mode = _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi,
+                                                      indices, originals, words, count, bitmap_mode)
+            if clip and limit_bits < tau_bits:  # gaps below tau may exceed the limit too
+                _clip_gap_block(step, live, limit, lo, hi)
+            elif clip:  # only the sent elements can: the others' gap is below tau, their live unchanged
+                hits = _block_masks(gap_bits, abs_mask, tau_bits, 0, hi - lo)[0]
+                while hits:
+                    j = lo + trailing_zeros(hits)
+                    hits &= hits - 1
+                    _clip_gap_block(step, live, limit, j, j + 1)
+        lo = hi
+    return count, -1, bitmap_mode
+
+
+@_kernel([types.void(_f4a, _f4a, types.float32), types.void(_f8a, _f8a, types.float64)])
+def clip_gap(step, live, limit):
+    """Clip the gap ``step - live`` to +-limit by moving ``step`` where it is beyond."""
+    _clip_gap_block(step, live, limit, 0, step.shape[0])
+
+
 @_kernel([types.void(_f4a, _f4a, _f4a, _i8, _i8), types.void(_f8a, _f8a, _f8a, _i8, _i8)])
 def add_difference_range(x, after, before, start, stop):
     """``x[start:stop] += after - before`` in one pass (no temporary for the difference)."""
@@ -390,9 +489,9 @@ def load_all() -> None:
         _ = kernel.dispatcher
 
 
-ALL_KERNELS = (encode_range, add_difference_encode_range, add_difference_range, copy_to_both,
-               indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap, validate_sparse,
-               validate_bitmap, apply_sparse, apply_bitmap)
+ALL_KERNELS = (encode_range, add_difference_encode_range, encode_gap_range, clip_gap, add_difference_range,
+               copy_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
+               validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -37,6 +37,9 @@ from psrv.encoding.update_header import (  # the wire format's header, defined t
 
 #: below this many elements per thread, encode(threads > 1) runs on one thread (threads cost more)
 PARALLEL_MIN_ELEMENTS_PER_THREAD = 1 << 21
+#: the gap encoding on one thread walks chunks of this many elements from the last to the first: an
+#: optimizer's step has just written the step buffer front to back, so its end is still in cache
+GAP_CHUNK_ELEMENTS = 1 << 16
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WIRE_INT32 = np.dtype("<i4")
@@ -133,6 +136,39 @@ def add_difference_encode_counted(residual: np.ndarray, after: np.ndarray, befor
     return _encode(residual, threshold, threads, (after, before))
 
 
+def encode_gap_counted(step: np.ndarray, live: np.ndarray, threshold: float, *, threads: int = 1,
+                       clip: float | None = None) -> tuple[np.ndarray | None, int]:
+    """Encode the gap ``step - live`` (an implicit residual, never written) and apply the message to
+    ``live`` in the same pass; returns (message or None, count).
+
+    The message is byte for byte ``encode_counted(step - live, threshold)`` and ``live`` ends bit for
+    bit as ``decode(message, live)`` leaves it, so the gap afterwards is the residual left after the
+    send. ``step`` is only read, unless ``clip`` is given: then the gap left is clipped to +-clip in
+    the same pass, bit for bit as ``clip_gap(step, live, clip)`` afterwards. A NaN or inf gap raises
+    NonFiniteResidualError as ``encode`` does, with nothing emitted and ``live`` unchanged (``step``
+    may be clipped before the bad element).
+    """
+    _check_pair(step, live, "step", "live")
+    if clip is not None and not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be positive and finite, got {clip!r}")
+    return _encode(live, threshold, threads, None, gap_of=step, clip=clip)
+
+
+def clip_gap(step: np.ndarray, live: np.ndarray, limit: float) -> None:
+    """Clip the gap ``step - live`` to [-limit, limit] by moving ``step`` where it is beyond (one pass;
+    ``step`` is written only there): residual clipping of an implicit residual."""
+    _check_pair(step, live, "step", "live")
+    k.clip_gap(step, live, step.dtype.type(limit))
+
+
+def _check_pair(first: np.ndarray, second: np.ndarray, first_name: str, second_name: str) -> None:
+    _check_vector(first, first_name, writeable=True)
+    _check_vector(second, second_name, writeable=True)
+    if second.dtype != first.dtype or second.shape != first.shape:
+        raise ValueError(f"{second_name} must match {first_name} ({first.dtype}{list(first.shape)}), got "
+                         f"{second.dtype}{list(second.shape)}")
+
+
 def add_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarray) -> None:
     """``residual += after - before`` in one pass, rounded as the two operations apart."""
     _check_difference(residual, after, before)
@@ -161,8 +197,11 @@ def _check_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarra
 
 
 def _encode(residual: np.ndarray, threshold: float, threads: int,
-            difference: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray | None, int]:
-    """encode_counted's body; with ``difference`` (after, before) each chunk adds it first."""
+            difference: tuple[np.ndarray, np.ndarray] | None, *, gap_of: np.ndarray | None = None,
+            clip: float | None = None) -> tuple[np.ndarray | None, int]:
+    """encode_counted's body; with ``difference`` (after, before) each chunk adds it first; with
+    ``gap_of`` the encoded vector is ``gap_of - residual`` and ``residual`` (the live parameters) gets
+    the message added instead of subtracted."""
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     tau32 = float32_threshold(threshold)
@@ -176,12 +215,23 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
     bits = residual.view(bits_dtype)
     tau_bits = np.array([tau]).view(bits_dtype)[0]
     words = bitmap_words(n)
-    chunks = _chunks(n, threads)
+    backward = gap_of is not None and threads == 1
+    chunks = [(lo, min(lo + GAP_CHUNK_ELEMENTS, n)) for lo in range(0, n, GAP_CHUNK_ELEMENTS)] \
+        if backward else _chunks(n, threads)
     indices, originals, bitmap = _scratch(n, residual.dtype)
     word_ranges = [(lo // WORD_ELEMENTS, -(-hi // WORD_ELEMENTS)) for lo, hi in chunks]
+    gaps = np.empty((1 if backward else len(chunks), k.BLOCK), dtype=residual.dtype) \
+        if gap_of is not None else None
+    limit = residual.dtype.type(np.inf if clip is None else clip)
+    limit_bits = inf_bits if clip is None else np.array([limit]).view(bits_dtype)[0]
 
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
+        if gaps is not None:
+            gap = gaps[0 if backward else c]
+            return k.encode_gap_range(gap_of, residual, gap, gap.view(bits_dtype), tau, abs_mask,
+                                      tau_bits, inf_bits, limit, limit_bits, lo, hi, indices[w0:w1],
+                                      originals[lo:hi], bitmap)
         if difference is not None:
             return k.add_difference_encode_range(residual, bits, difference[0], difference[1], tau, abs_mask,
                                                  tau_bits, inf_bits, lo, hi, indices[w0:w1], originals[lo:hi],
@@ -189,8 +239,11 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
         return k.encode_range(residual, bits, tau, abs_mask, tau_bits, inf_bits, lo, hi, indices[w0:w1],
                               originals[lo:hi], bitmap)
 
-    run = map if len(chunks) == 1 else _pool(len(chunks)).map
-    results = list(run(run_chunk, range(len(chunks))))
+    if backward:
+        results = [run_chunk(c) for c in reversed(range(len(chunks)))][::-1]
+    else:
+        run = map if len(chunks) == 1 else _pool(len(chunks)).map
+        results = list(run(run_chunk, range(len(chunks))))
 
     bad = [first_bad for _, first_bad, _ in results if first_bad >= 0]
     if bad:
@@ -201,7 +254,8 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
             else:
                 k.restore_sparse(residual, indices[w0:w1], count, originals[lo:hi])
         _clear_bitmap(bitmap, results, word_ranges)
-        raise NonFiniteResidualError(int(bad[0]), float(residual[bad[0]]))
+        value = residual[bad[0]] if gap_of is None else gap_of[bad[0]] - residual[bad[0]]
+        raise NonFiniteResidualError(int(bad[0]), float(value))
 
     total = sum(count for count, _, _ in results)
     if total == 0:
@@ -413,10 +467,12 @@ __all__ = [
     "add_difference_encode_counted",
     "copy_to_both",
     "bitmap_problem",
+    "clip_gap",
     "decode",
     "decode_validated",
     "encode",
     "encode_counted",
+    "encode_gap_counted",
     "float32_bits",
     "float32_threshold",
     "message_info",

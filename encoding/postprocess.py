@@ -51,8 +51,7 @@ class ResidualClipping:
 
     def process(self, residual: Any, threshold: float) -> None:
         """Count one step; on every ``every``-th, clip (tau rounded to float32, as the encoder uses it)."""
-        self.steps += 1
-        if self.steps % self.every:
+        if self.due_limit(threshold) is None:
             return
         tau = float(float32_threshold(threshold))
         if isinstance(residual, np.ndarray):
@@ -62,6 +61,21 @@ class ResidualClipping:
             limit = float(np.float32(self.multiple * tau) if str(residual.dtype) == "torch.float32"
                           else self.multiple * tau)
             residual.clamp_(-limit, limit)
+
+    def upcoming_limit(self, threshold: float) -> float | None:
+        """The clipping limit (multiple * float32 tau) when the next step clips, else None; counts
+        nothing. For a caller that clips the residual its own way (an implicit residual is clipped
+        inside its encoding pass by moving the step buffer), then counts the step with ``due_limit``."""
+        if (self.steps + 1) % self.every:
+            return None
+        return self.multiple * float(float32_threshold(threshold))
+
+    def due_limit(self, threshold: float) -> float | None:
+        """Count one step; the clipping limit when this step clips, else None (``process`` without the
+        residual)."""
+        limit = self.upcoming_limit(threshold)
+        self.steps += 1
+        return limit
 
     def get_state(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "multiple": self.multiple, "every": self.every,

@@ -6,7 +6,12 @@ import logging
 from typing import Any
 
 import numpy as np
-from psrv.encoding.codec import add_difference, add_difference_encode_counted, encode_counted
+from psrv.encoding.codec import (
+    add_difference,
+    add_difference_encode_counted,
+    encode_counted,
+    encode_gap_counted,
+)
 from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, ResidualPostProcessor
 from psrv.encoding.stats import EncodingStats, encoding_stats
 from psrv.encoding.thresholds import AdaptiveThreshold, ThresholdAlgorithm
@@ -100,6 +105,43 @@ class ResidualEncoder:
                                                            threads=self.threads)
         return self._after_encode(message, count, tau)
 
+    def encode_gap(self, step: np.ndarray, live: np.ndarray) -> np.ndarray | None:
+        """Encode the implicit residual ``step - live`` (psrv.encoding.implicit_residual: a persistent
+        step buffer and the live parameters) and add the message to ``live`` in the same pass;
+        post-process the gap by moving ``step``; let the algorithm observe. Threshold state, ``steps``
+        and ``last_count`` advance as in ``encode_update``. On the host only; ``self.residual`` is then
+        scratch, holding the gap only while a threshold algorithm with ``prepare``, the debug
+        statistics or a post-processor of the user's own must see it. ResidualClipping clips the gap
+        inside the encoding pass on its steps (``encode_gap_counted(clip=)``)."""
+        if self.device is not None:
+            raise ValueError("encode_gap works on host vectors; a device encoder takes encode_update")
+        if self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
+            np.subtract(step, live, out=self.residual)
+            tau = self._threshold()
+            if self.debug:
+                self.last_stats = encoding_stats(self.residual, tau)
+        else:
+            tau = self.threshold_algorithm.threshold
+        processor = self.post_processor
+        clipping = type(processor) is ResidualClipping  # clipped inside the encoding pass when due
+        message, count = encode_gap_counted(step, live, tau, threads=self.threads,
+                                            clip=processor.upcoming_limit(tau) if clipping else None)
+        if clipping:
+            processor.due_limit(tau)  # counts the step
+        elif type(processor) is not NoResidualPostProcessor:
+            self._post_process_gap(step, live, tau)
+        return self._observed(message, count)
+
+    def _post_process_gap(self, step: np.ndarray, live: np.ndarray, tau: float) -> None:
+        """A post-processor of the user's own sees the gap materialized; ``step`` takes what it changed."""
+        processor = self.post_processor
+        gap = self.residual
+        np.subtract(step, live, out=gap)
+        before = gap.copy()
+        processor.process(gap, tau)
+        changed = gap.view(_BITS[gap.dtype]) != before.view(_BITS[gap.dtype])
+        np.add(live, gap, out=step, where=changed)
+
     def _encode_on_device(self, update: Any) -> Any:
         import torch
         from psrv.encoding import device  # lazy: device.py needs torch, an optional dependency
@@ -131,6 +173,9 @@ class ResidualEncoder:
 
     def _after_encode(self, message: Any, count: int, tau: float) -> Any:
         self.post_processor.process(self.residual, tau)
+        return self._observed(message, count)
+
+    def _observed(self, message: Any, count: int) -> Any:
         self.threshold_algorithm.observe(count, self.size)
         self.steps += 1
         self.last_count = count
@@ -142,6 +187,9 @@ class ResidualEncoder:
         """Forget the residual (e.g. after the parameters were replaced by a downloaded copy)."""
         self.residual[:] = 0
         self.last_stats = None
+
+
+_BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
 
 def _same_vectors(residual: np.ndarray, *arrays: Any) -> bool:

@@ -1,22 +1,19 @@
 #!/usr/bin/env python3
-"""How far could the wrapped optimizer's step overhead fall without its snapshot? A measurement of
-sketches, not of psrv's API.
+"""What the wrapped optimizer's host step costs, as shipped and as it was designed before. A measurement
+of two designs of the same step, not of psrv's API.
 
-``DistributedOptimizer.step()`` on the host moves seven streams of the parameter vector per step beyond
-the optimizer's own: the load reads the live parameters and writes the snapshot and the step buffer;
-the fused sum + scan + encode reads the step buffer, the snapshot and the residual and writes the
-residual. Fusing passes does not change those bytes, and on a 1 M-parameter MLP they are most of what
-the wrapped step costs over the bare one. This script times, in one process and in alternation with
-the bare AdamW step (forward + backward + step, one torch thread, the thread's CPU time, medians):
+- ``implicit`` (as shipped): ``DistributedOptimizer.step()``. The step buffer is persistent and the
+  residual is its gap to the live parameters (psrv.encoding.implicit_residual): the optimizer's step,
+  then, under the lock, the node's writes mirrored into the step buffer (none here) and one pass that
+  reads the step buffer and the live parameters, encodes the gap and applies the message to the live
+  parameters. Residual clipping moves the step buffer every 5th step (one more pass then).
+- ``explicit`` (the design before): the live parameters loaded into a snapshot and the step buffer (one
+  read, two writes), the optimizer's step, one pass adding the step (step buffer minus snapshot) to a
+  stored residual and encoding it (three reads, one write), then the message decoded into the live
+  parameters under the lock.
 
-- ``now``: ``DistributedOptimizer.step()`` as shipped;
-- ``no-snapshot``: the step buffer loaded from the live parameters, the optimizer's step and the encode
-  against the live parameters, all under the lock (the snapshot's write and the load's second stream
-  gone). It keeps the parameters right only if every writer of the live parameters takes the lock, and
-  it holds the lock through the optimizer's step: an update decoded meanwhile waits, and one written
-  without the lock would be taken for part of the step;
-- ``no-load``: ``no-snapshot`` with the step buffer reloaded after the own apply instead of before the
-  next step (a lower bound for folding the load into the encode pass).
+Both in one process and in alternation with the bare AdamW step (forward + backward + step, one torch
+thread, the thread's CPU time, medians), the designs in rotation so the machine's load hits each alike.
 
 Run: ``python scripts/bench_step_designs.py --runs 3``.
 """
@@ -31,28 +28,30 @@ import time
 import torch
 from bench_local import make_data, make_model
 from psrv.encoding import decode
+from psrv.encoding.codec import copy_to_both
 from psrv.nn.torch_flat import restore_grad_views
 from psrv.torch import DistributedOptimizer
 
-DESIGNS = ("now", "no-snapshot", "no-load")
+DESIGNS = ("implicit", "explicit")
 
 
 def sketch_step(opt: DistributedOptimizer, design: str) -> None:
-    """One wrapped step the way ``design`` would take it (join=False: the own apply is a decode)."""
-    buffers = opt._buffers
-    restore_grad_views(buffers, keep_missing=True, adopt=True)
-    if design == "now":
+    """One wrapped step the way ``design`` takes it (join=False: the own apply is a decode). The
+    explicit design keeps its residual in ``opt.encoder.residual``, which the implicit one never reads
+    in this configuration."""
+    if design == "implicit":
         opt.step()
         return
-    with opt.lock:
-        if design == "no-snapshot":
-            buffers.step_flat.copy_(buffers.flat)
-        opt.optimizer.step()
-        message = opt.encoder.encode_difference(buffers.step_flat.numpy(), buffers.host_view)
-        if message is not None:
+    buffers = opt._buffers
+    restore_grad_views(buffers, keep_missing=True, adopt=True)
+    if buffers.base is None:
+        buffers.base = torch.empty_like(buffers.flat)
+    copy_to_both(buffers.host_view, buffers.base.numpy(), buffers.step_flat.numpy())
+    opt.optimizer.step()
+    message = opt.encoder.encode_difference(buffers.step_flat.numpy(), buffers.base.numpy())
+    if message is not None:
+        with opt.lock:
             decode(message, buffers.host_view)
-        if design == "no-load":
-            buffers.step_flat.copy_(buffers.flat)
 
 
 def overhead(design: str, iterations: int, warmup: int, batch: int = 64) -> float:
@@ -62,8 +61,6 @@ def overhead(design: str, iterations: int, warmup: int, batch: int = 64) -> floa
     bare_model, model = make_model(), make_model()
     bare = torch.optim.AdamW(bare_model.parameters(), lr=1e-3)
     wrapped = DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), model, join=False)
-    if design == "no-load":  # its step buffer is loaded at the end of the step before
-        wrapped._buffers.step_flat.copy_(wrapped._buffers.flat)
     times: dict[str, list[float]] = {"bare": [], "wrapped": []}
     for i in range(warmup + iterations):
         idx = torch.arange(i * batch, (i + 1) * batch) % len(x)

@@ -1,10 +1,23 @@
 """``DistributedOptimizer``: any torch optimizer, made gradient-sharing (Horovod's shape, psrv's protocol).
 
-Each ``step()`` takes the wrapped optimizer's step on a *step buffer* (psrv.nn.torch_flat, the same
-mechanism TorchNetwork uses), adds that step to the residual, threshold-encodes it, applies the encoded
-message to the live parameters and submits it to the mesh. The node's I/O thread decodes the other
-workers' updates into the live parameters whenever they arrive; the user's optimizer never writes them,
-so none of those updates is lost or overwritten by a step.
+The wrapped optimizer steps a *step buffer* (psrv.nn.torch_flat), never the live parameters the model
+computes with. The node's I/O thread decodes the other workers' updates into the live parameters
+whenever they arrive; the user's optimizer never writes them, so none of those updates is lost or
+overwritten by a step.
+
+On the host the step buffer is persistent and the residual is implicit: it is the gap between the step
+buffer and the live parameters (psrv.encoding.implicit_residual). Each ``step()`` is the wrapped
+optimizer's step on the step buffer, then, under the node's lock, the node's writes to the live
+parameters mirrored into the step buffer and one pass that threshold-encodes the gap and applies the
+message to the live parameters; the message goes to the mesh. No load of the step buffer, no stored
+residual. With nothing sent, the step buffer evolves bit for bit as the bare optimizer's parameters
+(weight decay acts on it, i.e. on the live parameters plus the residual). On a device
+(``device_encoding``) the step buffer is reloaded from the live parameters each step and the residual
+is a tensor of its own (psrv.torch.device_sharing).
+
+Weights are loaded into the model *before* it is wrapped, or through this optimizer's
+``load_state_dict`` after: a write to the model's parameters after wrapping moves the live parameters
+but not the step buffer, so the next step would send the write back undone (the gap would hold it).
 
 What users do around ``step()`` works unchanged: ``zero_grad()``, gradient accumulation (several
 backward passes, then one step), ``clip_grad_norm_(model.parameters(), ...)``, ``torch.autocast`` with a
@@ -21,7 +34,7 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder, decode, post_processor_from_state, threshold_algorithm_from_state
-from psrv.encoding.codec import copy_to_both
+from psrv.encoding.implicit_residual import ImplicitResidual
 from psrv.nn.torch_device import import_torch, place_module
 from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, step_before_after
 from psrv.server import Node
@@ -48,11 +61,6 @@ class _LiveReplica:
             self.flat_params.copy_(torch.from_numpy(np.asarray(params)).to(self.flat_params.device))
 
 
-def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
-    """The live parameters into the snapshot and the step buffer, one read for both."""
-    copy_to_both(live.numpy(), snapshot.numpy(), step_buffer.numpy())
-
-
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (built on ``model.parameters()``) so that its steps are shared with every worker.
 
@@ -63,6 +71,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     trains alone (the encoded steps are applied locally only), e.g. to compare against one process.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
     its parameters must be on one device, float32 or float64 (use ``torch.autocast`` for mixed precision).
+    Load weights before wrapping (or with ``load_state_dict``): see the module docstring.
     """
 
     def __init__(self, optimizer: Any, model: Any, *, threshold_algorithm: Any = None,
@@ -97,6 +106,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             threshold_algorithm=threshold_algorithm, post_processor=post_processor,
             device=self.device if on_device else None)
         self.sharing = DeviceSharing(_LiveReplica(self._buffers.flat), self.encoder) if on_device else None
+        self.implicit = None if on_device else ImplicitResidual(
+            self.encoder, self._buffers.host_view, self._buffers.step_flat.numpy())
         self.node: Node | None = None
         self.lock: Any = threading.RLock()  # the node's lock once joined: every write of the live params
         self.iterations = self.messages = self.bytes_sent = 0
@@ -148,36 +159,51 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         restore_grad_views(self._buffers, keep_missing=True, adopt=True)
-        if self.sharing is not None:
+        if self.implicit is None:
             after, before, _ = step_before_after(self._buffers, self.optimizer)
             self.iterations += 1
             with torch.no_grad():
                 message = self.encoder.encode_update(after.sub_(before))
-        else:  # one pass loads the step, one adds it to the residual and encodes it (no difference vector)
-            after, before, _ = step_before_after(self._buffers, self.optimizer, load=_load_on_host)
-            self.iterations += 1
-            message = self.encoder.encode_difference(after.numpy(), before.numpy())
-        if message is not None:
-            self._submit(message)
+            if message is not None:
+                self._submit_from_device(message)
+            return loss
+        with self.lock:
+            self.implicit.begin_step()  # the node's writes wait for the mirror while B is stepped
+        try:
+            self.optimizer.step()  # on the persistent step buffer: the step joins the implicit residual
+        except BaseException:
+            with self.lock:
+                self.implicit.end_step()
+            raise
+        self.iterations += 1
+        with self.lock:  # the node's writes mirrored, the gap encoded and applied, the message submitted
+            message = self.implicit.encode_step()
+            if message is not None:
+                self._submit_from_host(message)
         return loss
 
-    def _submit(self, message: Any) -> None:
-        if self.sharing is not None:
-            if self.node is None:
-                from psrv.encoding import device as codec  # lazy: the device codec imports torch ops
+    def _submit_from_host(self, message: np.ndarray) -> None:
+        """Hand an own message (already applied to the live parameters) to the node, under its lock. If
+        the node refuses it (e.g. its send queue stayed full), the apply is taken back: the update
+        returns to the residual (the gap) and goes with a later step."""
+        if self.node is not None:
+            try:
+                self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=False)
+            except Exception:
+                decode(message, self._buffers.host_view, scale=-1.0)
+                raise
+        self.messages += 1
+        self.bytes_sent += int(message.nbytes)
 
-                with self.lock:
-                    codec.decode(message, self._buffers.flat)
-                sent = int(message.numel()) * 4
-            else:
-                sent = self.sharing.submit(self.node, message, self.iterations, 0)
-        elif self.node is None:
+    def _submit_from_device(self, message: Any) -> None:
+        if self.node is None:
+            from psrv.encoding import device as codec  # lazy: the device codec imports torch ops
+
             with self.lock:
-                decode(message, self._buffers.host_view)
-            sent = int(message.nbytes)
+                codec.decode(message, self._buffers.flat)
+            sent = int(message.numel()) * 4
         else:
-            self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=True)
-            sent = int(message.nbytes)
+            sent = self.sharing.submit(self.node, message, self.iterations, 0)
         self.messages += 1
         self.bytes_sent += sent
 
@@ -185,16 +211,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """The wrapped optimizer's state dict, the residual (a host copy) and the threshold state."""
-        residual = self.encoder.residual
+        if self.implicit is not None:
+            with self.lock:
+                residual = self.implicit.residual()
+        else:
+            residual = self.encoder.residual.detach().cpu().numpy().copy()
         return {"optimizer": self.optimizer.state_dict(),
-                "residual": residual.detach().cpu().numpy().copy() if self.sharing is not None
-                else np.array(residual, copy=True),
+                "residual": residual,
                 "threshold": self.encoder.threshold_algorithm.get_state(),
                 "post_processor": self.encoder.post_processor.get_state(),
                 "iterations": self.iterations}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
-        """Restore what ``state_dict`` returned (a plain optimizer's state dict is accepted too)."""
+        """Restore what ``state_dict`` returned (a plain optimizer's state dict is accepted too). The
+        residual is restored on top of the live parameters as they are now (the step buffer becomes
+        them plus the residual), so load the model's weights first, before wrapping."""
         if "optimizer" not in state_dict:  # the state of the optimizer before it was wrapped
             self.optimizer.load_state_dict(state_dict)
             return
@@ -203,10 +234,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if residual.shape != (self.num_params,):
             raise SharingConfigError(f"load_state_dict: the residual has shape {residual.shape}, this "
                                      f"model has {self.num_params} parameters")
-        if self.sharing is not None:
-            self.sharing.set_residual(residual)
+        if self.implicit is not None:
+            with self.lock:
+                self.implicit.set_residual(residual)
         else:
-            self.encoder.residual[...] = residual
+            self.sharing.set_residual(residual)
         self.encoder.threshold_algorithm = threshold_algorithm_from_state(state_dict["threshold"])
         self.encoder.post_processor = post_processor_from_state(state_dict["post_processor"])
         self.iterations = int(state_dict.get("iterations", 0))
@@ -217,16 +249,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Join the launcher's job: rank 0's parameters start the master copy; every rank downloads it."""
         here = session.attach(self)
         env = here.env
-        host = self.sharing.network.params if self.sharing is not None else self._buffers.host_view
+        host = self.sharing.network.params if self.implicit is None else self._buffers.host_view
         reply = ask(env, ("join", env.rank, host if env.rank == 0 else None), JOIN_WAIT_S + 30.0)
         if reply[0] != "controller":
             raise RendezvousError(f"rank {env.rank}: the launcher aborted the job: {reply[1]}")
         _, address, transport = reply
         config = transport.replace(node_name=f"{env.job}-r{env.rank}")
-        if self.sharing is not None:
-            node = Node(config, self.sharing.node_params, address, **self.sharing.node_hooks())
-        else:
-            node = Node(config, self._buffers.host_view, address)
+        sharing: Any = self.sharing if self.implicit is None else self.implicit
+        node = Node(config, sharing.node_params, address, **sharing.node_hooks())
         node.start()  # joins and downloads the master copy into the live parameters
         self.node, self.lock = node, node.lock
 
@@ -241,7 +271,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         config = node.config
         wait_s = config.heartbeat_s * (config.missed_beats + 4)
         try:
-            current = (lambda: self.sharing.network.params) if self.sharing is not None else None
+            current = ((lambda: self.sharing.network.params) if self.implicit is None
+                       else (lambda: self._buffers.host_view))
             report["replica"] = node.check_replica(wait_s + 5.0, current=current).as_dict()
             report["acknowledged"] = node.wait_acknowledged(wait_s)
             report["counters"] = node.counters()
