@@ -135,13 +135,15 @@ def _by_seed(runs: list[dict[str, Any]], targets: dict[int, float]) -> dict[int,
 
 def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with ``job`` as (task, optimizer, workers, seed, method); a task run for other than its
-    own epochs is named with them ("mlp1m, 4 epochs")."""
+    own epochs or with a delay is named with them ("mlp1m, 4 epochs", "cnn, delay 1+2"), so that runs
+    loaded together are compared only with their like."""
     keyed = []
     for r in results:
-        name, optimizer, workers, seed, method = r["job"][:5]
+        name, optimizer, workers, seed, method, delay, jitter = r["job"][:7]
         epochs = r["job"][7] if len(r["job"]) > 7 else 0
-        keyed.append({**r, "job": (f"{name}, {epochs} epochs" if epochs else name, optimizer, workers, seed,
-                                   method)})
+        name += f", {epochs} epochs" if epochs else ""
+        name += f", delay {delay}+{jitter}" if delay or jitter else ""
+        keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
     return keyed
 
 

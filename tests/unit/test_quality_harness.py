@@ -225,3 +225,5 @@ def test_epochs_given_on_the_command_line_replace_the_tasks_own_and_name_the_row
     rows = [row.split(" | ")[:4] for row in bench_quality.table([one, longer], 0.5)[2:]]
     assert rows == [["| tiny, 3 epochs", "adam", "1", "one process"],
                     ["| tiny, 3 epochs", "adam", "2", "sync averaging (DDP)"]]
+    delayed = {**longer, "job": ("tiny", "adam", 2, 0, "sync", 1, 2, 3)}
+    assert bench_quality.table([delayed], 0.5)[2].startswith("| tiny, 3 epochs, delay 1+2 | adam | 2 |")
