@@ -4,20 +4,27 @@ Every method trains the same initial module on the same minibatches in the same 
 scripts/quality/, psrv's real encoder, codec and TorchNetwork for sharing) and this prints, per task,
 optimizer, worker count and method: the test accuracy at equal epochs (median over the seeds), its
 difference to one process, the steps per worker to reach ``--target`` x one process's final accuracy
-(per seed: each seed makes its own data), the bytes sent (total; the first 100 steps and the steady
-state per worker and step) and the bitmap messages after the third step. Torch runs on one CPU thread per job.
+(per seed: each seed makes its own data; read linearly between the evaluations), those steps against
+synchronous averaging's (the median of the per-seed ratios), the bytes sent (total; the first 100
+steps and the steady state per worker and step) and the bitmap messages after the third step. Torch
+runs on one CPU thread per job.
 
 The defaults (Adam, 3 seeds, 2, 4 and 8 workers, five methods: 156 runs) are meant for a few minutes
 per task: a run takes seconds (one process on ``mlp``: 10 s on an idle core) and ``--jobs`` runs one per
-core. ``--optimizers adam,sgd`` doubles the runs; ``--tasks`` and ``--methods`` pick fewer.
+core. ``--optimizers adam,sgd`` doubles the runs; ``--tasks`` and ``--methods`` pick fewer. ``--save``
+keeps every run (its accuracy curve included) so that ``--load`` prints the tables again, at another
+``--target`` or with ``--targets`` (steps against synchronous averaging's at several targets at once).
 
     .venv/bin/python scripts/bench_quality.py                     # the full table
     .venv/bin/python scripts/bench_quality.py --tasks mlp --workers 2 --seeds 1
+    .venv/bin/python scripts/bench_quality.py --tasks mlp1m --epochs 4 --save runs.json
+    .venv/bin/python scripts/bench_quality.py --load runs.json --targets 0.8,0.9,0.97
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -41,15 +48,15 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param av
           "warmrun": "sharing, quantile τ + warm-up over the run"}
 
 
-def _run(job: tuple[str, str, int, int, str, int, int]) -> dict[str, Any]:
+def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
     from psrv.encoding import ResidualClipping, SampledQuantileThreshold, dl4j_threshold
     from quality import harness, tasks
 
-    name, optimizer, workers, seed, method, delay, jitter = job
-    task = tasks.make(name, seed)
+    name, optimizer, workers, seed, method, delay, jitter, epochs = job
+    task = tasks.make(name, seed, **({"epochs": epochs} if epochs else {}))
     setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed)
     started = time.perf_counter()
     rounds = task.epochs * (len(task.y_train) // (task.batch_size * workers))
@@ -89,6 +96,118 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def crossing(curve: list[tuple[int, float]], target: float) -> float | None:
+    """The step at which ``curve`` (evaluations as (step, accuracy)) first reaches ``target``, read
+    linearly between the evaluation before and the one that reached it (None if never reached)."""
+    before = None
+    for step, acc in curve:
+        if acc >= target:
+            if before is None or acc <= before[1]:
+                return float(step)
+            return before[0] + (target - before[1]) / (acc - before[1]) * (step - before[0])
+        before = (step, acc)
+    return None
+
+
+def _steps_vs_sync(group: list[dict[str, Any]], syncs: dict[int, float | None],
+                   steps: dict[int, float | None]) -> str:
+    """Median over the seeds of this method's steps to target over synchronous averaging's (same seed
+    and workers); a seed where the method never reached the target counts as infinitely many steps,
+    one where synchronous averaging never did has no ratio (the count of seeds with one is shown)."""
+    ratios = []
+    for r in group:
+        seed = r["job"][3]
+        if syncs.get(seed) is None:
+            continue
+        mine = steps.get(seed)
+        ratios.append(math.inf if mine is None else mine / syncs[seed])
+    if not ratios:
+        return "-"
+    middle = _median(ratios)
+    text = "never" if math.isinf(middle) else f"{middle:.2f}x"
+    return text if len(ratios) == len(group) else f"{text} ({len(ratios)} of {len(group)} seeds)"
+
+
+def _by_seed(runs: list[dict[str, Any]], targets: dict[int, float]) -> dict[int, float | None]:
+    """Each seed's step at which its run reached that seed's target (None: never)."""
+    return {r["job"][3]: crossing(r["curve"], targets[r["job"][3]]) for r in runs if r["job"][3] in targets}
+
+
+def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs with ``job`` as (task, optimizer, workers, seed, method); a task run for other than its
+    own epochs or with a delay is named with them ("mlp1m, 4 epochs", "cnn, delay 1+2"), so that runs
+    loaded together are compared only with their like."""
+    keyed = []
+    for r in results:
+        name, optimizer, workers, seed, method, delay, jitter = r["job"][:7]
+        epochs = r["job"][7] if len(r["job"]) > 7 else 0
+        name += f", {epochs} epochs" if epochs else ""
+        name += f", delay {delay}+{jitter}" if delay or jitter else ""
+        keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
+    return keyed
+
+
+def ratio_table(results: list[dict[str, Any]], fractions: list[float]) -> list[str]:
+    """Steps to target against synchronous averaging's, one column per target (a fraction of each
+    seed's one-process accuracy): the medians over the seeds of the per-seed ratios."""
+    results = _keyed(results)
+    lines = ["| task | optimizer | workers | method | " + " | ".join(f"{f} x one process" for f in fractions)
+             + " |", "|---" * (4 + len(fractions)) + "|"]
+    for name, optimizer in dict.fromkeys(tuple(r["job"][:2]) for r in results):
+        mine = [r for r in results if tuple(r["job"][:2]) == (name, optimizer)]
+        one = {r["job"][3]: r["accuracy"] for r in mine if r["job"][4] == "one"}
+        for workers, method in dict.fromkeys((r["job"][2], r["job"][4]) for r in mine):
+            if method in ("one", "sync"):
+                continue
+            group = [r for r in mine if r["job"][2] == workers and r["job"][4] == method]
+            sync = [r for r in mine if r["job"][2] == workers and r["job"][4] == "sync"]
+            cells = []
+            for fraction in fractions:
+                targets = {seed: fraction * acc for seed, acc in one.items()}
+                cells.append(_steps_vs_sync(group, _by_seed(sync, targets), _by_seed(group, targets)))
+            lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {' | '.join(cells)} |")
+    return lines
+
+
+def table(results: list[dict[str, Any]], target: float) -> list[str]:
+    """The markdown table of ``results`` (the runs of ``_run``): medians over the seeds, per task,
+    optimizer, worker count and method, in the order the runs came."""
+    results = _keyed(results)
+    keys = list(dict.fromkeys(r["job"][:2] for r in results))
+    lines = ["| task | optimizer | workers | method | accuracy | vs one process | vs sync | "
+             "steps to target | steps vs sync | bytes total | bytes / dense | "
+             "first 100 steps / steady, per step | bitmaps after step 3 |", "|---" * 13 + "|"]
+    for name, optimizer in keys:
+        mine = [r for r in results if r["job"][:2] == (name, optimizer)]
+        one = [r for r in mine if r["job"][4] == "one"]
+        one_acc = _median([r["accuracy"] for r in one]) if one else None
+        # every seed makes its own data set: each seed's target is its own one-process accuracy's
+        targets = {r["job"][3]: target * r["accuracy"] for r in one}
+        rows = list(dict.fromkeys((r["job"][2], r["job"][4]) for r in mine))  # in the order they ran
+        for workers, method in rows:
+            group = [r for r in mine if r["job"][2] == workers and r["job"][4] == method]
+            acc = _median([r["accuracy"] for r in group])
+            reached = _by_seed(group, targets)
+            # a seed that never reached the target counts as infinitely many steps
+            middle = _median([math.inf if s is None else s for s in reached.values()] or [math.inf])
+            steps = "-" if math.isinf(middle) else f"{middle:.0f}"
+            syncs = _by_seed([r for r in mine if r["job"][2] == workers and r["job"][4] == "sync"], targets)
+            vs_steps = _steps_vs_sync(group, syncs, reached) if method not in ("one", "sync") else "-"
+            vs = f"{100 * (acc - one_acc):+.1f}" if one_acc is not None else "-"
+            sync = [r["accuracy"] for r in mine if r["job"][2] == workers and r["job"][4] == "sync"]
+            vs_sync = f"{100 * (acc - _median(sync)):+.1f}" if sync and method != "sync" else "-"
+            total = _median([r["bytes"] for r in group])
+            dense = group[0]["dense"] * group[0]["steps"] * workers
+            ratio = f"{total / dense:.4f}" if total else "-"
+            first = _median([r["first100"] / max(1, min(100, r["steps"])) / r["steady"]
+                             for r in group]) if total else None
+            lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {acc:.3f} | {vs} | "
+                         f"{vs_sync} | {steps} | {vs_steps} | "
+                         f"{total / 1e6:.2f} MB | {ratio} | {'-' if first is None else f'{first:.2f}'} | "
+                         f"{int(_median([r['bitmaps'] for r in group]))} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,14 +215,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--optimizers", default="adam", help="adam (lr 1e-3), sgd (momentum 0.9, 0.01)")
     parser.add_argument("--workers", default="2,4,8", help="worker counts")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per setting (the table shows medians)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
     parser.add_argument("--methods", default="one,sync,exact,dl4j,quantile", help=",".join(METHODS))
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="epochs of every task (default: each task's own, see README)")
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")
     parser.add_argument("--jitter", type=int, default=0, help="up to this many more rounds, per receiver")
     parser.add_argument("--target", type=float, default=0.97,
                         help="steps to target: to this fraction of one process's final accuracy")
+    parser.add_argument("--targets", metavar="FRACTIONS",
+                        help="also print steps to target against synchronous averaging's at each of these "
+                        "comma-separated fractions of one process's accuracy (e.g. 0.8,0.9,0.95)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes running settings side by side (default: one per core)")
+    parser.add_argument("--save", metavar="FILE", help="also write every run's results (curves included) "
+                        "to this JSON file")
+    parser.add_argument("--load", metavar="FILES", help="run nothing: print the table of the runs saved "
+                        "in these comma-separated --save files (at this --target)")
     args = parser.parse_args(argv)
+    if args.load:
+        results = []
+        for path in args.load.split(","):
+            with open(path) as f:
+                results += json.load(f)["runs"]
+        print(f"# {len(results)} runs from {args.load}; medians over the seeds; "
+              f"target = {args.target} x one process's accuracy")
+        _print_tables(results, args)
+        return
     methods = [m for m in args.methods.split(",") if m]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
@@ -111,11 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     jobs = []
     for name in args.tasks.split(","):
         for optimizer in args.optimizers.split(","):
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "one" in methods:
-                    jobs.append((name, optimizer, 1, seed, "one", 0, 0))
+                    jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs))
                 for workers in (int(w) for w in args.workers.split(",")):
-                    jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter)
+                    jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs)
                              for m in methods if m != "one"]
     started = time.perf_counter()
     results = []
@@ -124,43 +263,19 @@ def main(argv: list[str] | None = None) -> None:
             results.append(result)
             print(f"# {result['job']}: accuracy {result['accuracy']:.4f}, {result['bytes']} bytes, "
                   f"{result['seconds']:.1f} s", file=sys.stderr, flush=True)
+            if args.save:  # after every run, so an interrupted benchmark keeps what it measured
+                with open(args.save, "w") as f:
+                    json.dump({"argv": sys.argv[1:] if argv is None else argv, "runs": results}, f)
     print(f"# {len(jobs)} runs in {time.perf_counter() - started:.0f} s; {args.seeds} seed(s), medians; "
           f"delay {args.delay} (+{args.jitter}); target = {args.target} x one process's accuracy")
-    print("| task | optimizer | workers | method | accuracy | vs one process | vs sync | steps to target | "
-          "bytes total | bytes / dense | first 100 steps / steady, per step | bitmaps after step 3 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.tasks.split(","):
-        for optimizer in args.optimizers.split(","):
-            one = [r for r in results if r["job"][:2] == (name, optimizer) and r["job"][4] == "one"]
-            one_acc = _median([r["accuracy"] for r in one]) if one else None
-            # every seed makes its own data set: each seed's target is its own one-process accuracy's
-            targets = {r["job"][3]: args.target * r["accuracy"] for r in one}
-            rows = [(1, "one")] + [(int(w), m) for w in args.workers.split(",")
-                                   for m in methods if m != "one"]
-            for workers, method in rows:
-                group = [r for r in results
-                         if r["job"][:3] == (name, optimizer, workers) and r["job"][4] == method]
-                if not group:
-                    continue
-                acc = _median([r["accuracy"] for r in group])
-                reached = [next((s for s, a in r["curve"] if a >= targets[r["job"][3]]), None)
-                           for r in group if r["job"][3] in targets]
-                # a seed that never reached the target counts as infinitely many steps
-                middle = _median([math.inf if s is None else s for s in reached]) if reached else math.inf
-                steps = "-" if math.isinf(middle) else f"{middle:.0f}"
-                vs = f"{100 * (acc - one_acc):+.1f}" if one_acc is not None else "-"
-                sync = [r["accuracy"] for r in results
-                        if r["job"][:3] == (name, optimizer, workers) and r["job"][4] == "sync"]
-                vs_sync = f"{100 * (acc - _median(sync)):+.1f}" if sync and method != "sync" else "-"
-                total = _median([r["bytes"] for r in group])
-                dense = group[0]["dense"] * group[0]["steps"] * workers
-                ratio = f"{total / dense:.4f}" if total else "-"
-                first = _median([r["first100"] / max(1, min(100, r["steps"])) / r["steady"]
-                                 for r in group]) if total else None
-                print(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {acc:.3f} | {vs} | "
-                      f"{vs_sync} | {steps} | "
-                      f"{total / 1e6:.2f} MB | {ratio} | {'-' if first is None else f'{first:.2f}'} | "
-                      f"{int(_median([r['bitmaps'] for r in group]))} |")
+    _print_tables(results, args)
+
+
+def _print_tables(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print("\n".join(table(results, args.target)))
+    if args.targets:
+        print("\n# steps to target / synchronous averaging's, medians of the per-seed ratios")
+        print("\n".join(ratio_table(results, [float(f) for f in args.targets.split(",")])))
 
 
 if __name__ == "__main__":

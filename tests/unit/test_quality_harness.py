@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import bench_quality  # noqa: E402
 from psrv.encoding import (  # noqa: E402
     FixedThreshold,
     NoResidualPostProcessor,
@@ -162,3 +164,66 @@ def test_flush_and_momentum_masking_keep_every_replica_on_the_master_copy(optimi
     after = momentum()
     assert np.all(after[sent != 0] == 0)
     np.testing.assert_array_equal(after[sent == 0], before[sent == 0])
+
+
+
+def test_steps_to_target_are_read_between_the_evaluations() -> None:
+    curve = [(10, 0.2), (20, 0.6), (30, 0.5), (40, 0.9)]
+    assert bench_quality.crossing(curve, 0.4) == pytest.approx(15.0)  # halfway from 0.2 to 0.6
+    assert bench_quality.crossing(curve, 0.6) == 20.0
+    assert bench_quality.crossing(curve, 0.1) == 10.0  # reached at the first evaluation
+    assert bench_quality.crossing(curve, 0.7) == pytest.approx(35.0)  # from the dip at 30, not from 20
+    assert bench_quality.crossing(curve, 0.95) is None
+
+
+def _record(workers: int, seed: int, method: str, curve: list) -> dict:
+    """One run as ``bench_quality._run`` returns it, ending at its curve's last accuracy."""
+    return {"job": ("mlp1m", "adam", workers, seed, method, 0, 0), "accuracy": curve[-1][1],
+            "curve": curve, "steps": curve[-1][0], "bytes": 0 if method in ("one", "sync") else 10,
+            "dense": 100, "first100": 10, "steady": 1.0, "bitmaps": 0, "gap": 0.0, "seconds": 0.0}
+
+
+def _three_seeds() -> list[dict]:
+    """Seed 0's one process ends at 0.8, seed 1's at 0.6, seed 2's at 0.5: at 0.9x the targets are
+    0.72, 0.54 and 0.45. Synchronous averaging reaches them at steps 20, 10 and 10, sharing at 22, 10
+    and never: the ratios 1.1, 1.0 and infinity, whose median is 1.1."""
+    runs = []
+    for seed, (one, sync, sharing) in enumerate([
+            (0.8, [(10, 0.6), (20, 0.72), (30, 0.75)], [(10, 0.6), (20, 0.7), (30, 0.8)]),
+            (0.6, [(10, 0.54), (20, 0.55), (30, 0.56)], [(10, 0.55), (20, 0.56), (30, 0.57)]),
+            (0.5, [(10, 0.45), (20, 0.46), (30, 0.48)], [(10, 0.40), (20, 0.41), (30, 0.42)])]):
+        runs += [_record(1, seed, "one", [(120, one)]), _record(4, seed, "sync", sync),
+                 _record(4, seed, "quantile", sharing)]
+    return runs
+
+
+def test_the_table_gives_each_seed_its_own_target_and_the_median_ratio_to_sync(tmp_path, capsys) -> None:
+    runs = _three_seeds()
+    rows = {line.split(" | ")[3]: line.split(" | ") for line in bench_quality.table(runs, 0.9)[2:]}
+    assert rows["sharing, quantile τ"][8] == "1.10x"
+    assert rows["sharing, quantile τ"][7] == "22"  # the median of 22, 10 and never
+    assert rows["sync averaging (DDP)"][7] == "10"
+    # at 0.75x both reach every seed's target at the first evaluation; at 0.95x sync reaches only
+    # seed 2's (0.475, at step 27.5), which sharing never does
+    assert bench_quality.ratio_table(runs, [0.75, 0.95])[2] == \
+        "| mlp1m | adam | 4 | sharing, quantile τ | 1.00x | never (1 of 3 seeds) |"
+    # saved runs print the same table again, at another target too
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"argv": [], "runs": runs}))
+    bench_quality.main(["--load", str(path), "--target", "0.9"])
+    out = capsys.readouterr().out
+    assert "| mlp1m | adam | 4 | sharing, quantile τ | 0.570 | -3.0 | +1.0 | 22 | 1.10x |" in out
+    bench_quality.main(["--load", str(path), "--target", "1.0"])  # sync reaches none of the targets
+    assert "| 4 | sharing, quantile τ | 0.570 | -3.0 | +1.0 | - | - |" in capsys.readouterr().out
+
+
+def test_epochs_given_on_the_command_line_replace_the_tasks_own_and_name_the_rows() -> None:
+    default = bench_quality._run(("tiny", "adam", 2, 0, "sync", 0, 0, 0))
+    longer = bench_quality._run(("tiny", "adam", 2, 0, "sync", 0, 0, 3))
+    assert longer["steps"] == 3 * default["steps"] > 0
+    one = bench_quality._run(("tiny", "adam", 1, 0, "one", 0, 0, 3))
+    rows = [row.split(" | ")[:4] for row in bench_quality.table([one, longer], 0.5)[2:]]
+    assert rows == [["| tiny, 3 epochs", "adam", "1", "one process"],
+                    ["| tiny, 3 epochs", "adam", "2", "sync averaging (DDP)"]]
+    delayed = {**longer, "job": ("tiny", "adam", 2, 0, "sync", 1, 2, 3)}
+    assert bench_quality.table([delayed], 0.5)[2].startswith("| tiny, 3 epochs, delay 1+2 | adam | 2 |")
