@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psrv.encoding.codec import decode_validated
+from psrv.encoding.codec import decode_validated, encode, encode_gap_counted, message_info
 from psrv.encoding.residual_encoder import ResidualEncoder
 
 
@@ -58,6 +58,20 @@ class ImplicitResidual:
         self.node_params = live.copy()  # the node's download target; L is written through the hooks
         self._pending: list[Any] = []  # payloads, and (old, new) pairs of an install, to mirror into B
         self._stepping = False  # the optimizer may be writing B: the node's writes wait in _pending
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the kernels of the hooks and of the gap pass, before the
+        node joins: numba compiles while holding the GIL, and a first compile inside a member's step or
+        I/O thread starves its heartbeats on a loaded machine (it is then evicted and must rejoin).
+        Every wire form once, on small vectors of this dtype; nothing of this worker's state is touched."""
+        dtype = self.live.dtype
+        for size, hits in ((32, 32), (4096, 1)):  # every element at tau: the bitmap; one: sparse
+            step, live = np.zeros(size, dtype=dtype), np.zeros(size, dtype=dtype)
+            step[:hits] = 1.0
+            message, _ = encode_gap_counted(step, live, 0.5, clip=2.0)
+            message_info(message)  # the node's intake validates each received update with these
+            decode_validated(message, step)
+            decode_validated(encode(np.ones(size, dtype=dtype), 0.5), live)
 
     # --- the node's hooks (called under its lock) -----------------------------------------------------
 

@@ -112,6 +112,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.lock: Any = threading.RLock()  # the node's lock once joined: every write of the live params
         self.iterations = self.messages = self.bytes_sent = 0
         if join:
+            if self.implicit is not None:
+                self.implicit.warm_up()  # no numba compile inside a member's step or I/O thread
             self._join()
 
     # --- what torch.optim.Optimizer users and tools read ------------------------------------------
@@ -277,6 +279,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             report["acknowledged"] = node.wait_acknowledged(wait_s)
             report["counters"] = node.counters()
             report["node_id"] = node.node_id
+            report["node_ids"] = list(node.ids_held)  # a rejoin (e.g. after a stall) gets a new id
         finally:
             node.stop()
             self.node = None

@@ -39,6 +39,13 @@ def one_process_loss(script, steps: int, accumulate: int = 2, batch: int = 32) -
     return script.full_loss(model, x, y)
 
 
+def applied_by_worker(report: dict, applied_by_origin: dict) -> int:
+    """The master's count of a worker's applied messages, summed over every id the worker held."""
+    ids = report.get("node_ids") or [report["node_id"]]
+    assert report["node_id"] in ids, report
+    return sum(int(applied_by_origin.get(str(i), 0)) for i in ids)
+
+
 def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray) -> None:
     """Every replica equal to the master copy after the drain, every message applied once, the master
     copy learned, rank 0's state loads."""
@@ -47,8 +54,9 @@ def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, 
     for worker, ran in zip(workers, ranks, strict=True):
         assert worker["replica"] == "equal", worker
         assert worker["steps"] == ran["steps"] and worker["messages"] == ran["messages"] > 0
-        # exactly once: the master copy holds every message this worker sent, none twice
-        applied = int(applied_by_origin[str(worker["node_id"])])
+        # exactly once: the master copy holds every message this worker sent, none twice (under each
+        # id it held: a worker that rejoined, e.g. after a stall on a loaded machine, got a new id)
+        applied = applied_by_worker(worker, applied_by_origin)
         assert applied == worker["messages"], (worker, applied_by_origin)
     assert sum(int(v) for v in applied_by_origin.values()) == sum(w["messages"] for w in workers)
     x, y = script.make_data()

@@ -6,6 +6,8 @@ re-application of own updates after an install."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -221,3 +223,34 @@ def _decoded(message: np.ndarray) -> np.ndarray:
     out = np.zeros(int(message[1]), np.float32)
     decode(message, out)
     return out
+
+
+KERNELS_OF_THE_HOOKS = ("encode_gap_range", "validate_sparse", "validate_bitmap", "apply_sparse",
+                        "apply_bitmap")
+
+
+def test_warm_up_compiles_before_joining_and_changes_nothing() -> None:
+    """The kernels of the hooks and the gap pass are loaded by ``warm_up`` (a member compiling them in
+    its step or I/O thread misses heartbeats on a loaded machine); the worker's vectors are untouched."""
+    for dtype in (np.float32, np.float64):
+        live = np.arange(10, dtype=dtype)
+        step = live + 0.25
+        encoder = ResidualEncoder(10, dtype=dtype)
+        implicit = ImplicitResidual(encoder, live, step)
+        state = encoder.threshold_algorithm.get_state()
+        implicit.warm_up()
+        np.testing.assert_array_equal(live, np.arange(10, dtype=dtype))
+        np.testing.assert_array_equal(step, np.arange(10, dtype=dtype) + 0.25)
+        assert encoder.threshold_algorithm.get_state() == state and encoder.steps == 0
+    # in a fresh process (this one may have built them in other tests): none before, every one after
+    probe = (
+        "import numpy as np\n"
+        "from psrv.encoding import ImplicitResidual, ResidualEncoder, _kernels\n"
+        f"names = {KERNELS_OF_THE_HOOKS!r}\n"
+        "before = [getattr(_kernels, n)._dispatcher is None for n in names]\n"
+        "live = np.zeros(8, np.float32)\n"
+        "ImplicitResidual(ResidualEncoder(8), live, live.copy()).warm_up()\n"
+        "print(all(before), all(getattr(_kernels, n)._dispatcher is not None for n in names))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"], done.stdout
