@@ -140,6 +140,14 @@ def _indices_to_bitmap(indices, count, words):
 def _visit_block(x, bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, words, count, bitmap_mode):
     """Encode the hits of x[lo:hi] (a block known to hold at least one); return (count, bitmap_mode)."""
     values, signs = _block_masks(bits, abs_mask, tau_bits, lo, hi)
+    return _emit_hits(x, True, values, signs, tau, lo, hi, indices, originals, words, count, bitmap_mode)
+
+
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def _emit_hits(x, subtract, values, signs, tau, lo, hi, indices, originals, words, count, bitmap_mode):
+    """Write the hits of block [lo, hi) (its 64-bit masks) into the message and move each hit of ``x``
+    by the value sent: ``subtract`` takes it off a residual, otherwise it is added, as decode adds it
+    (x - (-tau) is exactly x + tau); return (count, bitmap_mode)."""
     if bitmap_mode:
         _write_block_words(words, lo, hi, values, signs)
     capacity = indices.shape[0]
@@ -159,7 +167,8 @@ def _visit_block(x, bits, tau, abs_mask, tau_bits, lo, hi, indices, originals, w
         v = x[j]
         originals[count] = v
         count += 1
-        x[j] = v - (-tau if negative else tau)  # x - (-tau) is exactly x + tau
+        sent = -tau if negative else tau
+        x[j] = v - sent if subtract else v + sent
     return count, bitmap_mode
 
 
@@ -263,30 +272,7 @@ def _visit_gap_block(live, gap_bits, tau, abs_mask, tau_bits, lo, hi, indices, o
     """Encode the hits of a block whose gap (step - live) sits in gap_bits[0:hi - lo], adding each sent
     +-tau to live[lo:hi] as decode would; return (count, bitmap_mode)."""
     values, signs = _block_masks(gap_bits, abs_mask, tau_bits, 0, hi - lo)
-    if bitmap_mode:
-        _write_block_words(words, lo, hi, values, signs)
-    capacity = indices.shape[0]
-    remaining = values
-    while remaining:
-        k = trailing_zeros(remaining)
-        remaining &= remaining - 1
-        j = lo + k
-        negative = (signs >> k) & 1
-        if not bitmap_mode:
-            if count == capacity:  # a sparse message cannot hold more: switch to the bitmap
-                _indices_to_bitmap(indices, count, words)
-                _write_block_words(words, lo, hi, values, signs)
-                bitmap_mode = True
-            else:
-                indices[count] = -(j + 1) if negative else j + 1
-        v = live[j]
-        originals[count] = v
-        count += 1
-        if negative:  # as apply_sparse / apply_bitmap add it: bit for bit the receivers' value
-            live[j] = v - tau
-        else:
-            live[j] = v + tau
-    return count, bitmap_mode
+    return _emit_hits(live, False, values, signs, tau, lo, hi, indices, originals, words, count, bitmap_mode)
 
 
 @numba.njit(inline="always", nogil=True, error_model="numpy")
