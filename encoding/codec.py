@@ -37,9 +37,6 @@ from psrv.encoding.update_header import (  # the wire format's header, defined t
 
 #: below this many elements per thread, encode(threads > 1) runs on one thread (threads cost more)
 PARALLEL_MIN_ELEMENTS_PER_THREAD = 1 << 21
-#: the gap encoding on one thread walks chunks of this many elements from the last to the first: an
-#: optimizer's step has just written the step buffer front to back, so its end is still in cache
-GAP_CHUNK_ELEMENTS = 1 << 16
 
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _WIRE_INT32 = np.dtype("<i4")
@@ -215,12 +212,10 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
     bits = residual.view(bits_dtype)
     tau_bits = np.array([tau]).view(bits_dtype)[0]
     words = bitmap_words(n)
-    backward = gap_of is not None and threads == 1
-    chunks = [(lo, min(lo + GAP_CHUNK_ELEMENTS, n)) for lo in range(0, n, GAP_CHUNK_ELEMENTS)] \
-        if backward else _chunks(n, threads)
+    chunks = _chunks(n, threads)
     indices, originals, bitmap = _scratch(n, residual.dtype)
     word_ranges = [(lo // WORD_ELEMENTS, -(-hi // WORD_ELEMENTS)) for lo, hi in chunks]
-    gaps = np.empty((1 if backward else len(chunks), k.BLOCK), dtype=residual.dtype) \
+    gaps = np.empty((len(chunks), k.BLOCK), dtype=residual.dtype) \
         if gap_of is not None else None
     limit = residual.dtype.type(np.inf if clip is None else clip)
     limit_bits = inf_bits if clip is None else np.array([limit]).view(bits_dtype)[0]
@@ -228,7 +223,7 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
     def run_chunk(c: int) -> tuple[int, int, bool]:
         (lo, hi), (w0, w1) = chunks[c], word_ranges[c]
         if gaps is not None:
-            gap = gaps[0 if backward else c]
+            gap = gaps[c]
             return k.encode_gap_range(gap_of, residual, gap, gap.view(bits_dtype), tau, abs_mask,
                                       tau_bits, inf_bits, limit, limit_bits, lo, hi, indices[w0:w1],
                                       originals[lo:hi], bitmap)
@@ -239,11 +234,8 @@ def _encode(residual: np.ndarray, threshold: float, threads: int,
         return k.encode_range(residual, bits, tau, abs_mask, tau_bits, inf_bits, lo, hi, indices[w0:w1],
                               originals[lo:hi], bitmap)
 
-    if backward:
-        results = [run_chunk(c) for c in reversed(range(len(chunks)))][::-1]
-    else:
-        run = map if len(chunks) == 1 else _pool(len(chunks)).map
-        results = list(run(run_chunk, range(len(chunks))))
+    run = map if len(chunks) == 1 else _pool(len(chunks)).map
+    results = list(run(run_chunk, range(len(chunks))))
 
     bad = [first_bad for _, first_bad, _ in results if first_bad >= 0]
     if bad:

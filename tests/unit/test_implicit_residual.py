@@ -77,15 +77,16 @@ def test_gap_encoding_with_threads() -> None:
 
 
 def test_gap_encoding_with_one_chunk_denser_than_its_sparse_room() -> None:
-    """The one-thread gap pass walks chunks last to first: a chunk whose hits overflow its share of the
-    sparse room switches to its bitmap, and the message is still the sparse one encode_counted gives."""
-    step, live = _pair(200_000, np.float32, seed=8, spread=1e-4)
-    step[70_000:75_000] += 1.0  # 5,000 hits in the second chunk; 12,500 words hold the sparse form
-    assert _check_gap_encoding(step, live, 0.5)[3] == 0
+    """Each thread's chunk has its share of the sparse room: a chunk whose hits overflow it switches to
+    its bitmap, and the message is still the sparse one encode_counted gives."""
+    n = 2 * PARALLEL_MIN_ELEMENTS_PER_THREAD + 37
+    step, live = _pair(n, np.float32, seed=8, spread=1e-4)
+    step[n // 2 + 1000:n // 2 + 101_000] += 1.0  # 100,000 hits in the second chunk; its share is ~65,500
+    assert _check_gap_encoding(step, live, 0.5, threads=2)[3] == 0
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("where", [0, 70, 999])
+@pytest.mark.parametrize("where", [0, 70, 300, 999])
 def test_a_non_finite_gap_is_refused_with_nothing_changed(bad: float, where: int) -> None:
     step, live = _pair(1000, np.float32, seed=where)
     step[where] = bad
