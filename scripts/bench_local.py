@@ -147,8 +147,8 @@ def run_single(target: float, batch: int, max_steps: int, every: int) -> dict:
 
 def step_overhead(batch: int, iterations: int, warmup: int, clock: str = "wall") -> tuple[float, float]:
     """Median seconds of forward + backward + step: bare AdamW, then wrapped (join=False), alternating,
-    after ``warmup`` steps of the wrapped one alone (the adaptive threshold starts low: its first
-    messages are dense bitmaps, until it settled in its sparsity range). ``clock="cpu"`` counts this
+    after ``warmup`` steps of the wrapped one alone (the adaptive threshold starts below its settled
+    value: its first messages are denser, until it settled in its sparsity range). ``clock="cpu"`` counts this
     thread's CPU time instead of wall time (one torch thread: on a loaded machine, wall time mostly
     measures the other processes)."""
     now = time.thread_time if clock == "cpu" else time.perf_counter

@@ -33,7 +33,14 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-from psrv.encoding import ResidualEncoder, decode, post_processor_from_state, threshold_algorithm_from_state
+from psrv.encoding import (
+    ResidualClipping,
+    ResidualEncoder,
+    decode,
+    dl4j_threshold,
+    post_processor_from_state,
+    threshold_algorithm_from_state,
+)
 from psrv.encoding.implicit_residual import ImplicitResidual
 from psrv.nn.torch_device import import_torch, place_module
 from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, step_before_after
@@ -64,7 +71,9 @@ class _LiveReplica:
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (built on ``model.parameters()``) so that its steps are shared with every worker.
 
-    ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: ResidualEncoder's defaults).
+    ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: the same as
+    ``SharedTrainingMaster``'s and ``TorchEstimator``'s, DL4J's ``dl4j_threshold()``, i.e.
+    ``AdaptiveThreshold(1e-3)``, and ``ResidualClipping(5, 5)``).
     ``device_encoding``: encode and decode with torch ops where the parameters live (None: off the CPU,
     as a GPU worker must; True also on the CPU, the same messages byte for byte).
     ``join``: True joins the launcher's job now (``psrv.torch.init()`` is called if it was not); False
@@ -103,7 +112,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         on_device = self.device.type != "cpu" if device_encoding is None else bool(device_encoding)
         self.encoder = ResidualEncoder(
             self.num_params, dtype=np.dtype(str(dtype).removeprefix("torch.")),
-            threshold_algorithm=threshold_algorithm, post_processor=post_processor,
+            threshold_algorithm=threshold_algorithm if threshold_algorithm is not None else dl4j_threshold(),
+            post_processor=post_processor if post_processor is not None else ResidualClipping(5, 5),
             device=self.device if on_device else None)
         self.sharing = DeviceSharing(_LiveReplica(self._buffers.flat), self.encoder) if on_device else None
         self.implicit = None if on_device else ImplicitResidual(

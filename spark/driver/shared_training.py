@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.encoding import AdaptiveThreshold, ResidualClipping
+from psrv.encoding import ResidualClipping, dl4j_threshold
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark import strategies
@@ -109,7 +109,7 @@ class SharedTrainingMaster:
             check_batch_size(num_workers, "num_workers")
         self.num_workers = num_workers
         self.threshold_algorithm = threshold_algorithm if threshold_algorithm is not None \
-            else AdaptiveThreshold(1e-3)
+            else dl4j_threshold()
         self.residual_post_processor = residual_post_processor if residual_post_processor is not None \
             else ResidualClipping(5, 5)
         for name, value in (("threshold_algorithm", self.threshold_algorithm),
