@@ -223,6 +223,22 @@ def test_clear_errors() -> None:
         DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), model, join=False)
 
 
+def test_the_defaults_are_the_shared_training_masters() -> None:
+    """A wrapped optimizer starts from the threshold and clipping a Spark fit starts from (DL4J's: tau
+    1e-3, not ResidualEncoder's 1e-4, below which Adam's whole first step would be sent)."""
+    from psrv.spark import SharedTrainingMaster
+
+    model = _model()
+    wrapped = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3), model, join=False)
+    master = SharedTrainingMaster(batch_size_per_worker=8)
+    assert wrapped.encoder.threshold_algorithm.get_state() == master.threshold_algorithm.get_state()
+    assert wrapped.encoder.post_processor.get_state() == master.residual_post_processor.get_state()
+    assert wrapped.encoder.threshold_algorithm.threshold == pytest.approx(1e-3)
+    _loss(model, 0).backward()
+    wrapped.step()  # Adam's first step moves every element by about lr = 1e-3: some reach tau, not all
+    assert 0 < wrapped.encoder.last_count < wrapped.num_params
+
+
 def test_device_encoding_gives_the_host_encodings_replica() -> None:
     """The device path (torch codec, an explicit residual, DeviceSharing's hooks; what a GPU worker runs)
     on CPU tensors against the host path (an implicit residual): as many messages, the same parameters
