@@ -13,9 +13,11 @@ Reported per way (medians of ``--repeats`` runs, the ways alternating): wall tim
 accuracy, the clock starting when every worker is ready (process start-up, the model's build and the
 join excluded), optimizer steps per worker, the worker's time per step (that wall time over the
 steps), bytes sent per worker (psrv: the encoded updates; DDP: the ring all-reduce's 2(N-1)/N of the
-gradient per step, computed) and the ratio of DDP's time to psrv's. Markdown on stdout, progress on
-stderr. Needs root (``ip netns``, ``tc``); exits 2 when namespaces cannot be built. Namespaces,
-links and processes are removed whatever happens.
+gradient per step, computed), what each worker's link carried out of its host over the whole run
+(tbf's byte counter: start-up, the join or DDP's broadcast, and the protocols' headers included) and
+the ratio of DDP's time to psrv's. Markdown on stdout, progress on stderr. Needs root (``ip netns``,
+``tc``); exits 2 when namespaces cannot be built. Namespaces, links and processes are removed
+whatever happens.
 
     sudo .venv/bin/python scripts/bench_netns.py                       # 11 M parameters at 1 Gbit/s
     sudo .venv/bin/python scripts/bench_netns.py --size 1m --repeats 1 --target 0.5   # a smoke run
@@ -117,6 +119,18 @@ def link_throughput(hosts: Hosts, hub_address: str, seconds: float = 1.0) -> flo
     return received * 8 / elapsed
 
 
+def sent_on_links(hosts: Hosts) -> int:
+    """Bytes the hosts have sent on their links so far (tbf's counters on their eth0)."""
+    total = 0
+    for host in WORKER_HOSTS:
+        stats = hosts.run(host, ["tc", "-s", "qdisc", "show", "dev", "eth0"]).stdout
+        match = re.search(r"Sent (\d+) bytes", stats)
+        if match is None:
+            raise RuntimeError(f"no byte counter in tc's statistics of {host}'s link: {stats!r}")
+        total += int(match[1])
+    return total
+
+
 def run_psrv(hosts: Hosts, hub_address: str, args: argparse.Namespace, hidden: tuple[int, ...]) -> dict:
     """``psrv.run``'s job with each worker started inside its namespace (``ip netns exec``)."""
     hub = Rendezvous(len(WORKER_HOSTS), TransportConfig(network_mask=hosts.mask), host=hub_address)
@@ -188,8 +202,9 @@ def print_table(runs: dict[str, list[dict]], args: argparse.Namespace, params: i
           f"target test accuracy {args.target}; 2 workers in two network namespaces, each link shaped "
           f"to {args.rate} both ways (tbf; one TCP stream measured {carried / 1e6:.0f} Mbit/s); "
           f"medians of {args.repeats} runs\n")
-    print("| way | seconds to target | steps per worker | ms per step | MB sent per worker |")
-    print("|---|---|---|---|---|")
+    print("| way | seconds to target | steps per worker | ms per step | MB sent per worker | "
+          "MB on the link per worker |")
+    print("|---|---|---|---|---|---|")
     medians: dict[str, float] = {}
     for name, results in runs.items():
         seconds = medians[name] = statistics.median(r["seconds"] for r in results)
@@ -198,7 +213,8 @@ def print_table(runs: dict[str, list[dict]], args: argparse.Namespace, params: i
         note = f" ({missed} of {len(results)} stopped at --max-steps)" if missed else ""
         step_ms = statistics.median(r["seconds"] / r["steps"] * 1e3 for r in results)
         print(f"| {name} | {seconds:.1f}{note} | {steps:.0f} | {step_ms:.0f} | "
-              f"{statistics.median(r['bytes'] for r in results) / 1e6:.1f} |")
+              f"{statistics.median(r['bytes'] for r in results) / 1e6:.1f} | "
+              f"{statistics.median(r['wire'] for r in results) / 1e6:.1f} |")
     ddp, psrv_ = medians["torch DDP (gloo)"], medians["psrv"]
     print(f"\nDDP time / psrv time: **{ddp / psrv_:.2f}x**")
 
@@ -246,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ways}
         for repeat in range(args.repeats):  # alternating, so load changes hit both ways alike
             for name, way in ways.items():
+                before = sent_on_links(hosts)
                 runs[name].append(way())
+                runs[name][-1]["wire"] = (sent_on_links(hosts) - before) // len(WORKER_HOSTS)
                 log(f"  run {repeat + 1}/{args.repeats} {name}: {runs[name][-1]}")
     print_table(runs, args, params, carried)
     return 0
