@@ -43,6 +43,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # the namespace helper lives beside the cluster tests that built it; the benchmark borrows it as is
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "cluster")]
+# _WORKER below: the program psrv.run starts each worker with; here it runs behind `ip netns exec`
 
 import bench_local  # noqa: E402
 from bench_step_cost import SIZES  # noqa: E402
