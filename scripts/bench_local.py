@@ -37,11 +37,14 @@ def make_data(n: int = 24000, seed: int = 0) -> tuple[torch.Tensor, ...]:
     return t(x[:split]), t(y[:split]), t(x[split:]), t(y[split:])
 
 
-def make_model() -> torch.nn.Module:
+def make_model(hidden: tuple[int, ...] = HIDDEN) -> torch.nn.Module:
+    """The MLP FEATURES -> *hidden -> CLASSES with ReLUs, the same weights in every process (seed 0)."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN[0]), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN[0], HIDDEN[1]), torch.nn.ReLU(),
-                               torch.nn.Linear(HIDDEN[1], CLASSES))
+    widths = (FEATURES, *hidden)
+    layers: list[torch.nn.Module] = []
+    for n_in, n_out in zip(widths, widths[1:], strict=False):
+        layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(widths[-1], CLASSES))
 
 
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -68,11 +71,12 @@ def train_loop(model, optimizer, rank: int, size: int, target: float, batch: int
     return max_steps, time.perf_counter() - start
 
 
-def psrv_worker(target: float, batch: int, max_steps: int, every: int, stop_file: str) -> dict:
+def psrv_worker(target: float, batch: int, max_steps: int, every: int, stop_file: str,
+                hidden: tuple[int, ...] = HIDDEN) -> dict:
     import psrv.torch as pt
 
     pt.init()
-    model = make_model()
+    model = make_model(hidden)
     optimizer = pt.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), model)
     torch.set_num_threads(1)
 
@@ -87,12 +91,13 @@ def psrv_worker(target: float, batch: int, max_steps: int, every: int, stop_file
 
 
 def ddp_worker(rank: int, size: int, port: int, target: float, batch: int, max_steps: int, every: int,
-               out: str) -> None:
+               out: str, hidden: tuple[int, ...] = HIDDEN, host: str = "127.0.0.1") -> None:
+    """One DDP rank; rank 0 holds the store at ``host:port`` and writes (steps, seconds, bytes) to ``out``."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-    model = torch.nn.parallel.DistributedDataParallel(make_model())
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=size)
+    model = torch.nn.parallel.DistributedDataParallel(make_model(hidden))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     flag = torch.zeros(1)
     dist.barrier()

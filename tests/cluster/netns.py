@@ -161,9 +161,10 @@ class Hosts:
         return killed
 
     # -- the link -------------------------------------------------------------------------------------
-    def shape(self, host: str, rate: str = "100mbit") -> None:
-        """A token bucket of ``rate`` both ways on the host's link (its eth0 out, the bridge port in)."""
-        tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+    def shape(self, host: str, rate: str = "100mbit", burst: str = "32kbit") -> None:
+        """A token bucket of ``rate`` both ways on the host's link (its eth0 out, the bridge port in);
+        at high rates give a ``burst`` that lasts a few milliseconds, or the link carries less."""
+        tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", "400ms"]
         self.run(host, ["tc", "qdisc", "add", "dev", "eth0", *tbf])
         done = subprocess.run(["tc", "qdisc", "add", "dev", self.peer(host), *tbf], capture_output=True,
                               text=True, timeout=COMMAND_DEADLINE_S)
