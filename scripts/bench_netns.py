@@ -43,18 +43,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # the namespace helper lives beside the cluster tests that built it; the benchmark borrows it as is
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "cluster")]
-# _WORKER below: the program psrv.run starts each worker with; here it runs behind `ip netns exec`
+# _WORKER and _reap below: the program psrv.run starts each worker with, and how it stops them; here the
+# program runs behind `ip netns exec`
 
 import bench_local  # noqa: E402
 from bench_step_cost import SIZES  # noqa: E402
 from netns import Hosts, unavailable_reason  # noqa: E402
 from psrv.torch.launch import _WORKER, RunResult, raise_failure  # noqa: E402
+from psrv.torch.launch import _reap as reap  # noqa: E402  (psrv.run's: terminate, then kill)
 from psrv.torch.rendezvous import Rendezvous  # noqa: E402
 from psrv.torch.worker import dump_call  # noqa: E402
 from psrv.transport import TransportConfig  # noqa: E402
 
 WORKER_HOSTS = ("a", "b")  # rank r runs in WORKER_HOSTS[r]
-REAP_S = 5.0
 UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 
 
@@ -80,20 +81,6 @@ def python_env(**extra: str) -> dict[str, str]:
     """The environment of a worker process: what this process imports, one thread each (2 workers)."""
     return {**os.environ, "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **extra}
-
-
-def reap(procs: list[subprocess.Popen]) -> None:
-    """Stop every process still running: terminate, then kill after REAP_S."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + REAP_S
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(REAP_S)
 
 
 def link_throughput(hosts: Hosts, hub_address: str, seconds: float = 1.0) -> float:
