@@ -43,14 +43,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # the namespace helper lives beside the cluster tests that built it; the benchmark borrows it as is
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests" / "cluster")]
-# _WORKER and _reap below: the program psrv.run starts each worker with, and how it stops them; here the
-# program runs behind `ip netns exec`
+# _WORKER, _watch and _reap below: the program psrv.run starts each worker with, how it waits for them
+# and how it stops them; here the program runs behind `ip netns exec`
 
 import bench_local  # noqa: E402
 from bench_step_cost import SIZES  # noqa: E402
 from netns import Hosts, unavailable_reason  # noqa: E402
 from psrv.torch.launch import _WORKER, RunResult, raise_failure  # noqa: E402
 from psrv.torch.launch import _reap as reap  # noqa: E402  (psrv.run's: terminate, then kill)
+from psrv.torch.launch import _watch as watch  # noqa: E402  (psrv.run's: reports, silent deaths)
 from psrv.torch.rendezvous import Rendezvous  # noqa: E402
 from psrv.torch.worker import dump_call  # noqa: E402
 from psrv.transport import TransportConfig  # noqa: E402
@@ -134,16 +135,8 @@ def run_psrv(hosts: Hosts, hub_address: str, args: argparse.Namespace, hidden: t
                 env = python_env(**hub.environment(rank, job="netns").variables())
                 procs.append(subprocess.Popen(hosts.argv(host, [sys.executable, "-c", _WORKER, path]),
                                               env=env))
-            deadline = time.monotonic() + args.timeout
-            while not hub.wait(0.5):
-                dead = [r for r, p in enumerate(procs) if p.poll() is not None and r not in hub.reports]
-                if dead:
-                    time.sleep(2.0)  # a report may still be in flight
-                    if not hub.wait(0.1):
-                        raise RuntimeError(f"psrv: rank {dead[0]} exited with code "
-                                           f"{procs[dead[0]].returncode} without reporting")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"psrv: no result within --timeout {args.timeout:.0f} s")
+            if not watch(hub, procs, args.timeout):
+                raise TimeoutError(f"psrv: no result within --timeout {args.timeout:.0f} s")
         if hub.failure is not None:
             raise_failure(hub.failure)
         result = RunResult.from_hub(hub, len(WORKER_HOSTS))

@@ -126,17 +126,22 @@ def _reap(procs: list[subprocess.Popen]) -> None:
             proc.wait(REAP_S)
 
 
-def _watch(hub: Rendezvous, procs: list[subprocess.Popen]) -> None:
-    """Until every rank reported or one failed (a raised exception, or a process that died silently)."""
+def _watch(hub: Rendezvous, procs: list[subprocess.Popen], timeout_s: float | None = None) -> bool:
+    """Until every rank reported or one failed (a raised exception, or a process that died silently);
+    with ``timeout_s``, at most that long. False when the time ran out first."""
     silent_since: dict[int, float] = {}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while not hub.wait(0.2):
+        if deadline is not None and time.monotonic() > deadline:
+            return False
         for rank, proc in enumerate(procs):
             if proc.poll() is not None and rank not in hub.reports:
                 first = silent_since.setdefault(rank, time.monotonic())
                 if time.monotonic() - first > REPORT_GRACE_S and hub.failure is None:
                     hub.failure = Failure(rank, None, f"worker process exited with code {proc.returncode} "
                                                       "without reporting (killed, or it called os._exit)")
-                    return
+                    return True
+    return True
 
 
 def run(train_fn: Callable[..., Any], *args: Any, num_workers: int = 2,

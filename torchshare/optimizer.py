@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding import (
-    ResidualClipping,
     ResidualEncoder,
     decode,
     dl4j_threshold,
@@ -113,7 +112,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.encoder = ResidualEncoder(
             self.num_params, dtype=np.dtype(str(dtype).removeprefix("torch.")),
             threshold_algorithm=threshold_algorithm if threshold_algorithm is not None else dl4j_threshold(),
-            post_processor=post_processor if post_processor is not None else ResidualClipping(5, 5),
+            post_processor=post_processor,  # None: ResidualEncoder's ResidualClipping(), DL4J's (5, 5)
             device=self.device if on_device else None)
         self.sharing = DeviceSharing(_LiveReplica(self._buffers.flat), self.encoder) if on_device else None
         self.implicit = None if on_device else ImplicitResidual(
