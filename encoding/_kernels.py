@@ -349,6 +349,15 @@ def add_difference_range(x, after, before, start, stop):
         x[j] = x[j] + (after[j] - before[j])
 
 
+@_kernel([types.void(_f4a, _f4a, _f4a, _f4a), types.void(_f8a, _f8a, _f8a, _f8a)])
+def add_to_both(a, b, first, second):
+    """``first[:] = second[:] = a + b``: one read of each source for two copies of the sum."""
+    for j in range(a.shape[0]):
+        v = a[j] + b[j]
+        first[j] = v
+        second[j] = v
+
+
 @_kernel([types.void(_f4a, _f4a, _f4a), types.void(_f8a, _f8a, _f8a)])
 def copy_to_both(source, first, second):
     """``first[:] = second[:] = source``: one read of the source for two copies."""
@@ -476,8 +485,8 @@ def load_all() -> None:
 
 
 ALL_KERNELS = (encode_range, add_difference_encode_range, encode_gap_range, clip_gap, add_difference_range,
-               copy_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse, restore_bitmap,
-               validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
+               copy_to_both, add_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse,
+               restore_bitmap, validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

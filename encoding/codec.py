@@ -184,6 +184,19 @@ def copy_to_both(source: np.ndarray, first: np.ndarray, second: np.ndarray) -> N
     k.copy_to_both(source, first, second)
 
 
+def add_to_both(source: np.ndarray, addend: np.ndarray, first: np.ndarray, second: np.ndarray) -> None:
+    """``first[:] = second[:] = source + addend`` in one pass: how a step that starts where the worker's
+    own unsent updates have taken it loads the live parameters plus its residual into its snapshot and
+    its step buffer."""
+    _check_vector(source, "source", writeable=True)
+    for name, array in (("addend", addend), ("first", first), ("second", second)):
+        _check_vector(array, name, writeable=True)
+        if array.dtype != source.dtype or array.shape != source.shape:
+            raise ValueError(f"{name} must match the source ({source.dtype}{list(source.shape)}), "
+                             f"got {array.dtype}{list(array.shape)}")
+    k.add_to_both(source, addend, first, second)
+
+
 def _check_difference(residual: np.ndarray, after: np.ndarray, before: np.ndarray) -> None:
     _check_vector(residual, "residual", writeable=True)
     for name, array in (("after", after), ("before", before)):

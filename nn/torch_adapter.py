@@ -41,6 +41,8 @@ from psrv.nn.torch_device import import_torch, place_module, resolve_device, sav
 from psrv.nn.torch_file import FORMAT, FORMAT_VERSION, dump_payload, load_payload
 from psrv.nn.torch_flat import (
     bind_flat_buffers,
+    computing_on_step_buffer,
+    load_step_buffer,
     restore_grad_views,
     steer_to_step_buffer,
     step_before_after,
@@ -342,13 +344,22 @@ class TorchNetwork(_inputs.TrainingCounters):
         return update, loss
 
     def compute_update_pair(self, features: Any, labels: Any, mask: Any = None, features_mask: Any = None,
-                            load: Any = None) -> tuple[np.ndarray, np.ndarray, float]:
+                            load: Any = None,
+                            from_loaded: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
         """On the CPU, ``compute_update`` with the step given as (parameters after, before) (views valid
         until the next step), so an encoder adds the difference inside its own pass; ``load`` as in
-        ``torch_flat.step_before_after``."""
+        ``torch_flat.load_step_buffer``. With ``from_loaded`` the buffers are loaded first and the forward
+        and backward pass run at what ``load`` put there (e.g. the live parameters plus the worker's own
+        residual), not at the live parameters; ``before`` is then that point. ``params`` is never
+        written either way."""
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient(x, y, m, features_mask)
-        after, before, _ = step_before_after(self._buffers, self.optimizer, load=load)
+        if from_loaded:
+            load_step_buffer(self._buffers, load)
+            with computing_on_step_buffer(self._buffers):
+                loss = self._gradient(x, y, m, features_mask)
+        else:
+            loss = self._gradient(x, y, m, features_mask)
+        after, before, _ = step_before_after(self._buffers, self.optimizer, load=load, loaded=from_loaded)
         self._iteration += 1
         self.last_loss = loss
         return after.numpy(), before.numpy(), loss

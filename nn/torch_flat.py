@@ -7,6 +7,8 @@ received updates into the live ones while a step runs, and none is lost.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +16,8 @@ import numpy as np
 from psrv.nn.errors import ConfigError
 from psrv.nn.torch_device import import_torch
 
-__all__ = ["FlatBuffers", "bind_flat_buffers", "restore_grad_views", "steer_to_step_buffer",
-           "step_before_after", "take_step"]
+__all__ = ["FlatBuffers", "bind_flat_buffers", "computing_on_step_buffer", "load_step_buffer",
+           "restore_grad_views", "steer_to_step_buffer", "step_before_after", "take_step"]
 
 
 @dataclass
@@ -141,13 +143,10 @@ def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, reuse: bool = Fa
         return after.sub_(before), returned
 
 
-def step_before_after(buffers: FlatBuffers, optimizer: Any, *args: Any, load: Any = None,
-                      **kwargs: Any) -> tuple[Any, Any, Any]:
-    """``take_step(reuse=True)`` without the subtraction: returns (the step buffer after the step, the
-    snapshot of the live parameters it started from, what ``step`` returned), both valid until the
-    next step, so the caller can take the difference inside a pass of its own (the encoder's).
-    ``load(live, snapshot, step_buffer)``: copies the live parameters into both (default: two torch
-    copies; a one-pass kernel on the CPU)."""
+def load_step_buffer(buffers: FlatBuffers, load: Any = None) -> Any:
+    """Fill the snapshot (returned) and the step buffer from the live parameters: ``load(live, snapshot,
+    step_buffer)`` (default: two torch copies of the live parameters; a one-pass kernel on the CPU, or
+    one that adds the worker's residual)."""
     torch = import_torch()
     with torch.no_grad():
         if buffers.base is None:
@@ -158,5 +157,35 @@ def step_before_after(buffers: FlatBuffers, optimizer: Any, *args: Any, load: An
             buffers.step_flat.copy_(base)
         else:
             load(buffers.flat, base, buffers.step_flat)
+    return base
+
+
+@contextmanager
+def computing_on_step_buffer(buffers: FlatBuffers) -> Iterator[None]:
+    """Inside, the module computes with the step buffer instead of the live parameters (each parameter's
+    data re-pointed, no copy; gradients still land in the flat gradient): a forward and backward pass
+    at the point the step buffer was loaded with, while a node's I/O thread keeps writing the live ones."""
+    live = [p.data for p in buffers.params]
+    try:
+        for p, shadow in zip(buffers.params, buffers.step_params, strict=True):
+            p.data = shadow.data
+        yield
+    finally:
+        for p, data in zip(buffers.params, live, strict=True):
+            p.data = data
+
+
+def step_before_after(buffers: FlatBuffers, optimizer: Any, *args: Any, load: Any = None,
+                      loaded: bool = False, **kwargs: Any) -> tuple[Any, Any, Any]:
+    """``take_step(reuse=True)`` without the subtraction: returns (the step buffer after the step, the
+    snapshot it started from, what ``step`` returned), both valid until the next step, so the caller can
+    take the difference inside a pass of its own (the encoder's). The buffers are loaded first by
+    ``load_step_buffer(buffers, load)``, unless ``loaded`` (the caller did so before its forward pass)."""
+    if loaded:
+        base = buffers.base
+        if base is None:
+            raise RuntimeError("step_before_after(loaded=True): load_step_buffer was not called first")
+    else:
+        base = load_step_buffer(buffers, load)
     returned = optimizer.step(*args, **kwargs)
     return buffers.step_flat, base, returned

@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact", "flushend", "flush16", "flush8",
-           "mask", "latency", "warmrun")
+           "mask", "latency", "warmrun", "default", "quantown")
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
 LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param averaging /5",
@@ -45,7 +45,9 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param av
           "flushend": "sharing, quantile τ + end flush", "flush16": "sharing, quantile τ + flush/16",
           "flush8": "sharing, quantile τ + flush/8", "mask": "sharing, quantile τ + masking",
           "latency": "sharing, quantile τ, sparsity 1/rounds",
-          "warmrun": "sharing, quantile τ + warm-up over the run"}
+          "warmrun": "sharing, quantile τ + warm-up over the run",
+          "default": "sharing, default (DL4J τ, steps from own point)",
+          "quantown": "sharing, quantile τ, steps from own point"}
 
 
 def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
@@ -83,7 +85,10 @@ def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
                   "warmrun": harness.Sharing(lambda: SampledQuantileThreshold(warmup=rounds),
                                              lambda: ResidualClipping(5, 5)),
                   "mask": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
-                                          masking=True)}[method]
+                                          masking=True),
+                  "default": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=True),
+                  "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
+                                              own_point=True)}[method]
         config.delay, config.jitter = delay, jitter
         result = harness.sharing(task, setting, config, LABELS[method])
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,
@@ -217,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per setting (the table shows medians)")
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
-    parser.add_argument("--methods", default="one,sync,exact,dl4j,quantile", help=",".join(METHODS))
+    parser.add_argument("--methods", default="one,sync,exact,dl4j,default", help=",".join(METHODS))
     parser.add_argument("--epochs", type=int, default=0,
                         help="epochs of every task (default: each task's own, see README)")
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")

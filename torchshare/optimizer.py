@@ -1,9 +1,10 @@
 """``DistributedOptimizer``: any torch optimizer, made gradient-sharing (Horovod's shape, psrv's protocol).
 
-The wrapped optimizer steps a *step buffer* (psrv.nn.torch_flat), never the live parameters the model
-computes with. The node's I/O thread decodes the other workers' updates into the live parameters
-whenever they arrive; the user's optimizer never writes them, so none of those updates is lost or
-overwritten by a step.
+The wrapped optimizer steps a *step buffer* (psrv.nn.torch_flat), never the live parameters (the
+replica). The node's I/O thread decodes the other workers' updates into the live parameters whenever
+they arrive; the user's optimizer never writes them, so none of those updates is lost or overwritten by
+a step. By default (``step_from="own"``) the model computes with the step buffer, the replica plus what
+this worker has not sent yet, so its steps start where its own earlier steps took it.
 
 On the host the step buffer is persistent and the residual is implicit: it is the gap between the step
 buffer and the live parameters (psrv.encoding.implicit_residual). Each ``step()`` is the wrapped
@@ -77,13 +78,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
     as a GPU worker must; True also on the CPU, the same messages byte for byte).
     ``join``: True joins the launcher's job now (``psrv.torch.init()`` is called if it was not); False
     trains alone (the encoded steps are applied locally only), e.g. to compare against one process.
+    ``step_from``: "own" (the default, on the host) makes the model compute with the step buffer, i.e.
+    the replica plus this worker's unsent residual, so each step starts where the worker's own steps
+    took it (alone, the model is then the bare optimizer's, bit for bit); the replica still holds only
+    what was sent, and ``leave()`` puts the model back on it. "shared" (and every ``device_encoding``
+    worker) computes with the replica alone, as ``SharedTrainingMaster(step_from="shared")`` and DL4J do.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
     its parameters must be on one device, float32 or float64 (use ``torch.autocast`` for mixed precision).
     Load weights before wrapping (or with ``load_state_dict``): see the module docstring.
     """
 
     def __init__(self, optimizer: Any, model: Any, *, threshold_algorithm: Any = None,
-                 post_processor: Any = None, device_encoding: bool | None = None, join: bool = True) -> None:
+                 post_processor: Any = None, device_encoding: bool | None = None, join: bool = True,
+                 step_from: str = "own") -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise SharingConfigError(
                 f"DistributedOptimizer: expected a torch.optim.Optimizer built on model.parameters(), got "
@@ -117,6 +124,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.sharing = DeviceSharing(_LiveReplica(self._buffers.flat), self.encoder) if on_device else None
         self.implicit = None if on_device else ImplicitResidual(
             self.encoder, self._buffers.host_view, self._buffers.step_flat.numpy())
+        if step_from not in ("own", "shared"):
+            raise SharingConfigError(
+                f"DistributedOptimizer: step_from: expected 'own' (steps from the replica plus this "
+                f"worker's residual) or 'shared' (from the replica alone), got {step_from!r}")
+        self.step_from = step_from if self.implicit is not None else "shared"
+        self._live_data = [p.data for p in self._buffers.params]  # the model's views of the replica
+        if self.step_from == "own":  # the model computes with the step buffer (live + residual)
+            for p, shadow in zip(self._buffers.params, self._buffers.step_params, strict=True):
+                p.data = shadow.data
         self.node: Node | None = None
         self.lock: Any = threading.RLock()  # the node's lock once joined: every write of the live params
         self.iterations = self.messages = self.bytes_sent = 0
@@ -144,7 +160,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def flat_params(self) -> Any:
-        """The live flat parameter tensor (the model computes with views of it; the decoder writes it)."""
+        """The live flat parameter tensor, the replica (the decoder writes it; the model computes with
+        views of it with ``step_from="shared"``, of the step buffer with "own")."""
         return self._buffers.flat
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -273,10 +290,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def leave(self) -> dict[str, Any]:
         """Wait until the controller holds every update sent, check the replica, stop the node; returns
-        this worker's report (counts, the replica check, the node's counters)."""
+        this worker's report (counts, the replica check, the node's counters). The model computes with
+        the replica from here on (with ``step_from="own"`` it held the unsent residual too)."""
         node = self.node
         report: dict[str, Any] = {"steps": self.iterations, "messages": self.messages,
-                                  "bytes_sent": self.bytes_sent}
+                                  "bytes_sent": self.bytes_sent, "step_from": self.step_from}
+        for p, live in zip(self._buffers.params, self._live_data, strict=True):
+            p.data = live
         if node is None:
             return report
         config = node.config

@@ -11,7 +11,10 @@ Gradient sharing uses psrv's real parts: a ``TorchNetwork`` per worker (its step
 numba codec, and the apply order of a node: a worker decodes its own message into its replica at
 once; the others decode it ``delay`` rounds later (plus up to ``jitter`` more, drawn per receiver),
 after the round's computation. After the last round every pending message is delivered (the drain),
-and every replica is compared with the master copy (the initial parameters plus every message).
+and every replica is compared with the master copy (the initial parameters plus every message). With
+``own_point`` a worker steps from its replica plus its residual (what it has not sent yet), as psrv's
+default ``step_from="own"`` does, and evaluations during the run see that point; the final accuracy is
+the master copy's.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class Sharing:
     jitter: int = 0
     flush_end: int = 0  # messages per worker after the last round that carry its residual out
     masking: bool = False  # momentum factor masking: clear the optimizer's momentum where sent
+    own_point: bool = False  # steps from the replica plus the worker's residual (step_from="own")
 
 
 @dataclass
@@ -84,6 +88,7 @@ class Result:
     steady_per_step: float = 0.0  # per worker and step, after the first 100 steps (or the second half)
     replica_gap: float = 0.0  # max |replica - master copy| after the drain
     params: np.ndarray | None = None
+    residuals: list[np.ndarray] | None = None  # sharing: each worker's residual after the last round
 
     def steps_to(self, target: float) -> int | None:
         return next((step for step, acc in self.curve if acc >= target), None)
@@ -261,8 +266,13 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     points, curve = _eval_points(len(rounds), setting.evals), []
     sent = np.zeros(len(rounds), dtype=np.int64)
     bitmaps = 0
+    # own_point: each worker's replica (what was sent), apart from the point it steps from (the replica
+    # plus its residual), as a Spark task with step_from="own" keeps them
+    shared = [net.params.copy() for net in nets] if config.own_point else None
     for r, round_ in enumerate(rounds):
         for w, (net, encoder, (x, y)) in enumerate(zip(nets, encoders, round_, strict=True)):
+            if shared is not None:
+                np.add(shared[w], encoder.residual, out=net.params)
             update, _ = net.compute_update(x.astype(np_dtype), _onehot(y, task.classes, np_dtype))
             if config.codec == "exact":
                 message: Any = update.copy()
@@ -271,7 +281,7 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 message = encoder.encode_update(update)
                 if message is None:
                     continue
-                decode(message, net.params)
+                decode(message, net.params if shared is None else shared[w])
                 if config.masking:
                     _mask_momentum(net, message)
                 bitmaps += int(r >= 3 and message_info(message).form == "bitmap")
@@ -282,15 +292,17 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                     due = r + config.delay + (int(rng.integers(0, config.jitter + 1)) if config.jitter else 0)
                     pending[v].append((due, message))
         for v, net in enumerate(nets):
-            _deliver(net, pending[v], r, config.codec)
+            _deliver(net.params if shared is None else shared[v], pending[v], r, config.codec)
         if r + 1 in points:
+            if shared is not None:
+                np.add(shared[0], encoders[0].residual, out=nets[0].params)
             curve.append((r + 1, accuracy(nets[0].module, task, setting)))
     for _ in range(config.flush_end if config.codec != "exact" else 0):
         for w, (net, encoder) in enumerate(zip(nets, encoders, strict=True)):
             message = _flush(encoder)
             if message is None:
                 continue
-            decode(message, net.params)
+            decode(message, net.params if shared is None else shared[w])
             sent[-1] += message.nbytes
             bitmaps += int(message_info(message).form == "bitmap")
             _apply(master, message, config.codec)
@@ -298,7 +310,9 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 if v != w:
                     pending[v].append((len(rounds), message))
     for v, net in enumerate(nets):  # the drain: everything still in flight arrives
-        _deliver(net, pending[v], None, config.codec)
+        _deliver(net.params if shared is None else shared[v], pending[v], None, config.codec)
+        if shared is not None:  # what was never sent leaves the replica: it is the master copy again
+            net.params[:] = shared[v]
     gap = max(float(np.max(np.abs(net.params - master))) for net in nets)
     workers, n = setting.workers, len(rounds)
     steady = sent[100:] if n > 200 else sent[n // 2:]
@@ -306,7 +320,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                   bytes_total=int(sent.sum()), bytes_first100=int(sent[:100].sum()) // workers,
                   dense_per_step=size * np_dtype.itemsize, bitmaps_after3=bitmaps,
                   steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
-                  replica_gap=gap, params=nets[0].params.copy())
+                  replica_gap=gap, params=nets[0].params.copy(),
+                  residuals=[encoder.residual.copy() for encoder in encoders])
 
 
 def flush_threshold(residual: np.ndarray, sample: int = 65536) -> float | None:
@@ -372,11 +387,11 @@ def _apply(target: np.ndarray, message: Any, codec: str) -> None:
         decode(message, target)
 
 
-def _deliver(net: TorchNetwork, queue: list[tuple[int, Any]], round_: int | None, codec: str) -> None:
+def _deliver(params: np.ndarray, queue: list[tuple[int, Any]], round_: int | None, codec: str) -> None:
     keep = []
     for due, message in queue:
         if round_ is None or due <= round_:
-            _apply(net.params, message, codec)
+            _apply(params, message, codec)
         else:
             keep.append((due, message))
     queue[:] = keep

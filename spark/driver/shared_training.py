@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: where a worker's step starts: its replica plus its own residual, or its replica alone (DL4J's)
+STEP_FROM = ("own", "shared")
+
 _DRAIN_QUIET_S = 0.5
 _DRAIN_MIN_S = 2.0
 # The driver's watchdog is a backstop: a task's own join deadline (join_timeout_ms from the node's start)
@@ -76,6 +80,13 @@ class SharedTrainingMaster:
     ``ResidualClipping(5, 5)``. ``threshold_algorithm=SampledQuantileThreshold()`` takes tau from each
     worker's residual every step instead (about 0.9 % of the elements per message, no dense first
     messages); README's "How much a step learns" says when each one learns more.
+
+    ``step_from="own"`` (the default) computes each worker's step where its own steps took it: its
+    replica plus its residual (what it has not sent yet), so a worker never repeats a step the sparse
+    messages have not yet carried; the replica itself only ever holds what was sent, so every replica
+    still equals the master copy. ``step_from="shared"`` steps from the replica alone, as DL4J does.
+    "own" needs a host ``TorchNetwork`` with one worker per task; elsewhere a task steps from the
+    replica and says so in its log (``last_fit["step_from"]`` counts the tasks of each kind).
 
     ``workers_per_node=N`` trains N local workers in each task (one per GPU it holds, else threads)
     behind its one mesh member: their steps are summed before one message goes on the wire
@@ -100,6 +111,7 @@ class SharedTrainingMaster:
         progress: bool = True,
         workers_per_node: int = 1,
         storage_level: Any = DEFAULT_STORAGE_LEVEL,
+        step_from: str = "own",
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
@@ -127,6 +139,7 @@ class SharedTrainingMaster:
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
         self.progress = check_progress(progress)  # live progress on stderr during fit (observe.progress)
         self.workers_per_node = check_workers_per_node(workers_per_node)  # trainers behind each member
+        self.step_from = check_step_from(step_from)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -235,6 +248,7 @@ class SharedTrainingMaster:
             check_replicas=self.check_replicas,
             strategy_classes=strategies.classes_to_bytes(chosen),  # a user's classes travel by value
             workers_per_node=self.workers_per_node,
+            step_from=self.step_from,
         )
         broadcast = spark_context.broadcast(setup)
         started = time.time()
@@ -369,6 +383,7 @@ class SharedTrainingMaster:
             "controller_updates_applied": controller_counters.get("updates_applied"),
             **_accounting(setup.job_id, results, sent, controller_counters),
             "threshold": float(self.threshold_algorithm.threshold),
+            "step_from": dict(Counter(r.step_from for r in results)),
             **_replica_summary(results),
         }
         relay_worker_logs(record for r in results for record in r.logs)
@@ -386,6 +401,16 @@ class SharedTrainingMaster:
         """Add a driver event to ``training_stats`` (with ``collect_training_stats``)."""
         if self.collect_training_stats:
             self.training_stats.append(driver_event(kind, start, end, **fields))
+
+
+def check_step_from(value: Any) -> str:
+    """``step_from`` as "own" or "shared", or a clear error (on the driver, before any Spark job)."""
+    if value not in STEP_FROM:
+        raise SparkConfigError(
+            f"step_from: expected one of {', '.join(repr(v) for v in STEP_FROM)}, got {value!r}; \"own\" "
+            "(the default) steps from the replica plus the worker's unsent residual, \"shared\" from the "
+            "replica alone (DL4J's behaviour)")
+    return str(value)
 
 
 def _replica_summary(results: list[WorkerResult]) -> dict[str, Any]:

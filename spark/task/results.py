@@ -28,6 +28,7 @@ class WorkerResult:
     logs: list[dict[str, Any]] = field(default_factory=list)  # psrv.spark.observe.worker_logs records
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
     local_workers: int = 1  # trainers behind this task's one mesh member (workers_per_node)
+    step_from: str = "shared"  # where its steps started: "own" (replica + its residual) or "shared"
 
 
 class RoundResult:

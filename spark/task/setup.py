@@ -26,6 +26,7 @@ class WorkerSetup:
     check_replicas: bool = True  # each task checks its final replica against the master
     strategy_classes: bytes = b""  # the threshold algorithm's and post-processor's classes (spark.strategies)
     workers_per_node: int = 1  # local workers behind the task's one node (spark.task.local_workers)
+    step_from: str = "shared"  # "own": steps start at the replica plus the worker's residual (see the master)
 
 
 __all__ = ["WorkerSetup"]

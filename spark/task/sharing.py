@@ -8,13 +8,14 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder
-from psrv.encoding.codec import copy_to_both
+from psrv.encoding.codec import add_to_both, copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.spark import strategies
@@ -45,6 +46,8 @@ from psrv.torch.device_sharing import DeviceSharing
 
 if TYPE_CHECKING:
     from pyspark import Broadcast
+
+log = logging.getLogger(__name__)
 
 #: called after every step with the number of steps this task trained so far
 StepCallback = Callable[[int], None]
@@ -93,6 +96,19 @@ class SharingTask:
         count = int(getattr(setup, "workers_per_node", 1))
         self.local = LocalWorkers(self.network, setup.payload, count, self.node.lock, on_device,
                                   task_gpus() if on_device else ()) if count > 1 else None
+        self.step_from = self._step_from(getattr(setup, "step_from", "shared"))
+
+    def _step_from(self, wanted: str) -> str:
+        """Where this task's steps start: "own" (the replica plus this worker's residual) where the
+        network computes on the host from a loaded step buffer, else "shared" (the replica), logged."""
+        if wanted != "own":
+            return "shared"
+        if self.local is None and self.sharing is None and _steps_in_pairs(self.network):
+            return "own"
+        why = ("several local workers" if self.local is not None else "the encoding runs on the device"
+               if self.sharing is not None else f"{type(self.network).__name__} has no host step buffer")
+        log.info("step_from='own' asked for; this task steps from its replica alone (%s)", why)
+        return "shared"
 
     def _join(self) -> None:
         """Start the node (a download of the master copy), then take the updater state and residual."""
@@ -143,7 +159,8 @@ class SharingTask:
         """Compute, encode, apply locally and submit one minibatch's update; record what it cost."""
         check_finite(batch, self.part, self.examples)
         pair = self.sharing is None and _steps_in_pairs(self.network)
-        update, loss = self._compute(self.network, batch, self.examples, pair=pair)
+        update, loss = self._compute(self.network, batch, self.examples, pair=pair,
+                                     own=self.step_from == "own")
         self._send(update, loss, [batch], step_start, pair=pair)
 
     def step_round(self, batches: list[Any], step_start: float) -> None:
@@ -157,11 +174,15 @@ class SharingTask:
         self._send(update, [float(loss) for _, loss in outcomes], batches, step_start)
 
     def _compute(self, network: TrainableNetwork, batch: Any, rows_before: int,
-                 pair: bool = False) -> tuple[Any, float]:
+                 pair: bool = False, own: bool = False) -> tuple[Any, float]:
         """One worker's step on one minibatch (nothing applied); its errors classified. With ``pair``
-        the step comes back as (after, before), for the encoder's one-pass sum, scan and encode."""
+        the step comes back as (after, before), for the encoder's one-pass sum, scan and encode; with
+        ``own`` too it is taken at the replica plus this worker's residual (its own steps whole)."""
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
-        if pair:
+        if pair and own:
+            compute = partial(network.compute_update_pair, from_loaded=True,
+                              load=partial(_load_with_residual, residual=self.encoder.residual))
+        elif pair:
             compute = partial(network.compute_update_pair, load=_load_on_host)
         try:
             *update, loss = compute(batch.features, batch.labels, batch.labels_mask,
@@ -244,7 +265,7 @@ class SharingTask:
             self.encoder.threshold_algorithm.get_state(), self.events.events, self.counters,
             replica=self.replica, logs=self.capture.detach(),
             buffers=buffers_of(self.network) if self.local is None else self.local.buffers(),
-            local_workers=1 if self.local is None else self.local.count)
+            local_workers=1 if self.local is None else self.local.count, step_from=self.step_from)
 
 
 class SharingTrainer:
@@ -286,6 +307,12 @@ def _steps_in_pairs(network: Any) -> bool:
 def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
     """The live parameters into the step's snapshot and step buffer, one read for both."""
     copy_to_both(live.numpy(), snapshot.numpy(), step_buffer.numpy())
+
+
+def _load_with_residual(live: Any, snapshot: Any, step_buffer: Any, residual: np.ndarray) -> None:
+    """The live parameters plus the worker's residual into the step's snapshot and step buffer: the
+    point the worker's own steps took it to, what was not sent yet included."""
+    add_to_both(live.numpy(), residual, snapshot.numpy(), step_buffer.numpy())
 
 
 __all__ = ["SharingTask", "SharingTrainer", "StepCallback"]

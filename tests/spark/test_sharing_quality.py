@@ -45,4 +45,5 @@ def test_quantile_sharing_reaches_single_process_accuracy_at_equal_epochs(spark)
     assert shared >= alone - 0.02, (shared, alone)
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
+    assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
     assert fit["bytes_sent"] <= fit["dense_bytes"] / 100  # the last epoch's messages: <= 1/100 of dense

@@ -186,3 +186,61 @@ def test_the_step_as_a_pair_encodes_as_the_step_itself() -> None:
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(residual1.view(np.uint32), residual2.view(np.uint32))
     np.testing.assert_array_equal(params1.view(np.uint32), params2.view(np.uint32))
+
+
+def test_a_step_from_the_replica_plus_the_residual_is_the_plain_step_taken_there() -> None:
+    """step_from="own": the forward, backward and optimizer step run at live + residual (what the Spark
+    task's load puts in the step buffer); the result equals a twin network whose live parameters ARE
+    live + residual, bit for bit, and the live parameters are never written."""
+    from psrv.spark.task.sharing import _load_with_residual
+
+    def adam(params):
+        return torch.optim.Adam(params, lr=1e-2)
+
+    net, twin = _mlp(optimizer=adam), _mlp(optimizer=adam)
+    residual = np.random.default_rng(3).normal(0, 1e-2, net.num_params).astype(np.float32)
+    for step in range(5):
+        x, y = _batch(seed=step)
+        live = net.params.copy()
+        twin.params[:] = live + residual  # the same float32 sum as the kernel's
+        after, before, loss = net.compute_update_pair(
+            x, y, from_loaded=True, load=lambda a, b, c: _load_with_residual(a, b, c, residual=residual))
+        twin_after, twin_before, twin_loss = twin.compute_update_pair(x, y)
+        assert loss == twin_loss
+        np.testing.assert_array_equal(before.view(np.uint32), twin_before.view(np.uint32))
+        np.testing.assert_array_equal(after.view(np.uint32), twin_after.view(np.uint32))
+        np.testing.assert_array_equal(net.params.view(np.uint32), live.view(np.uint32))  # never written
+        net.params[:] += 1e-3 * (after - before)  # the replica moves by something, as messages move it
+    # the module computes with the live buffer again: writing params changes its output
+    out = net.output(_batch()[0])
+    net.params[:] = 0
+    assert not np.array_equal(out, net.output(_batch()[0]))
+
+
+def test_a_step_from_a_zero_residual_is_the_shared_step_bit_for_bit() -> None:
+    from psrv.spark.task.sharing import _load_on_host, _load_with_residual
+
+    nets = [_mlp(), _mlp()]
+    zero = np.zeros(nets[0].num_params, dtype=np.float32)
+    for step in range(3):
+        x, y = _batch(seed=step)
+        own = nets[0].compute_update_pair(
+            x, y, from_loaded=True, load=lambda a, b, c: _load_with_residual(a, b, c, residual=zero))
+        shared = nets[1].compute_update_pair(x, y, load=_load_on_host)
+        for a, b in zip(own[:2], shared[:2], strict=True):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+        for net, (after, before, _) in zip(nets, (own, shared), strict=True):
+            net.params[:] += after - before
+
+
+def test_a_failed_step_from_the_step_buffer_leaves_the_module_on_the_live_parameters() -> None:
+    from psrv.spark.task.sharing import _load_with_residual
+
+    net = _mlp()
+    zero = np.zeros(net.num_params, dtype=np.float32)
+    pointers = [p.data_ptr() for p in net.module.parameters()]
+    x, y = _batch()
+    with pytest.raises(Exception):  # noqa: B017 - whatever the module raises for a wrong width
+        net.compute_update_pair(x[:, :5], y, from_loaded=True,
+                                load=lambda a, b, c: _load_with_residual(a, b, c, residual=zero))
+    assert [p.data_ptr() for p in net.module.parameters()] == pointers

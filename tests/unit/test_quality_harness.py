@@ -94,6 +94,32 @@ def test_sharing_with_delay_and_jitter_drains_every_replica_to_the_master_copy()
     assert not np.array_equal(result.params, synchronous.params)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_one_worker_stepping_from_its_own_point_is_the_plain_optimizer_plus_nothing_lost(optimizer) -> None:
+    """own_point (step_from="own"): one worker steps from its replica plus its residual, so its steps are
+    the plain optimizer's; what it sent (the master copy) plus what it kept (the residual) is the plain
+    optimizer's parameters, up to the rounding of that split."""
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer=optimizer, workers=1)
+    config = harness.Sharing(lambda: FixedThreshold(1e-3), NoResidualPostProcessor, own_point=True)
+    shared = harness.sharing(task, setting, config, dtype=F64)
+    plain = _plain_loop(task, setting)
+    np.testing.assert_allclose(shared.params + shared.residuals[0], plain, rtol=0, atol=1e-12)
+    assert np.abs(shared.residuals[0]).max() > 1e-4  # something was held back, and still nothing lost
+    assert shared.replica_gap == 0.0
+
+
+def test_stepping_from_the_own_point_drains_every_replica_to_the_master_copy() -> None:
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer="adam", workers=3)
+    own = harness.sharing(task, setting, harness.Sharing(SampledQuantileThreshold, delay=2, jitter=2,
+                                                         own_point=True), dtype=F64)
+    replica = harness.sharing(task, setting, harness.Sharing(SampledQuantileThreshold, delay=2, jitter=2),
+                              dtype=F64)
+    assert own.replica_gap < 1e-12 and own.bytes_total > 0
+    assert not np.array_equal(own.params, replica.params)
+
+
 def test_every_method_sees_the_same_minibatches() -> None:
     task = tasks.make("tiny")
     one = [b for r in harness.batches(task, harness.Setting(workers=1)) for b in r]

@@ -60,13 +60,14 @@ def _messages(size: int, count: int) -> list[np.ndarray]:
     return out
 
 
-def test_updates_decoded_during_steps_are_never_lost() -> None:
+@pytest.mark.parametrize("step_from", ["own", "shared"])
+def test_updates_decoded_during_steps_are_never_lost(step_from: str) -> None:
     """A thread applies 300 messages through the node's apply hook (as the node's I/O thread does, under
     the optimizer's lock) while the user's loop steps: the parameters end exactly at the start plus every
     received message plus every message the optimizer applied itself."""
     model = _model(grid=True)
     opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False,
-                               threshold_algorithm=FixedThreshold(2.0**-10))
+                               threshold_algorithm=FixedThreshold(2.0**-10), step_from=step_from)
     live = opt.flat_params.numpy()
     start = live.astype(np.float64)
     own: list[np.ndarray] = []
@@ -97,7 +98,14 @@ def test_updates_decoded_during_steps_are_never_lost() -> None:
         decode(message, expected)
     assert sum(m is not None for m in own) > 0
     np.testing.assert_array_equal(live.astype(np.float64), expected)
-    # the module computes with the live vector itself
+    computed_with = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
+    if step_from == "shared":  # the module computes with the live vector itself
+        np.testing.assert_array_equal(computed_with, live)
+    else:  # with the step buffer: the live vector plus the residual (the received messages included)
+        np.testing.assert_array_equal(computed_with, opt._buffers.step_flat.numpy())
+        np.testing.assert_allclose(computed_with - live, opt.implicit.residual(), atol=1e-6)
+        assert np.abs(opt.implicit.residual()).max() > 0
+    opt.leave()  # from here on the module computes with the replica
     computed_with = torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
     np.testing.assert_array_equal(computed_with, live)
 
@@ -144,7 +152,7 @@ def test_the_step_buffer_evolves_as_the_bare_optimizers_parameters(amp: bool) ->
     bare = torch.optim.AdamW(_param_groups(bare_params), weight_decay=1e-2)
     wrapped = DistributedOptimizer(torch.optim.AdamW(_param_groups(model.parameters()), weight_decay=1e-2),
                                    model, join=False, threshold_algorithm=FixedThreshold(1e6),
-                                   post_processor=NoResidualPostProcessor())
+                                   post_processor=NoResidualPostProcessor(), step_from="shared")
     start = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
     schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, 4) for o in (bare, wrapped)]
     scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**8) for _ in range(2)] if amp else [None, None]
@@ -179,12 +187,64 @@ def test_the_step_buffer_evolves_as_the_bare_optimizers_parameters(amp: bool) ->
     assert wrapped.iterations == 4 and wrapped.messages == 0
 
 
+@pytest.mark.parametrize("amp", [False, True])
+def test_stepping_from_its_own_point_alone_the_model_is_the_bare_optimizers_bit_for_bit(amp: bool) -> None:
+    """step_from="own" (the default) with nothing sent: the model computes with the step buffer, so the
+    wrapped loop IS a plain training loop (AdamW, two param groups, a cosine scheduler, accumulation,
+    clip_grad_norm_, autocast + GradScaler): its parameters equal a bare optimizer's model's bit for bit
+    at every step, the live parameters (the replica) never move, and after leave() the model holds them."""
+    reference, model = _model(), _model()
+    bare = torch.optim.AdamW(_param_groups(reference.parameters()), weight_decay=1e-2)
+    wrapped = DistributedOptimizer(torch.optim.AdamW(_param_groups(model.parameters()), weight_decay=1e-2),
+                                   model, join=False, threshold_algorithm=FixedThreshold(1e6),
+                                   post_processor=NoResidualPostProcessor())
+    assert wrapped.step_from == "own"
+    start = wrapped.flat_params.detach().clone()
+    schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, 4) for o in (bare, wrapped)]
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**8) for _ in range(2)] if amp else [None, None]
+    for step in range(4):
+        for net, opt, scaler in zip((reference, model), (bare, wrapped), scalers, strict=True):
+            opt.zero_grad()
+            for micro in range(2):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                    loss = _loss(net, 10 * step + micro) / 2
+                (scaler.scale(loss) if scaler else loss).backward()
+            if scaler:
+                scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+        for scheduler in schedulers:
+            scheduler.step()
+        ours = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        theirs = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
+        np.testing.assert_array_equal(ours.numpy().view(np.uint32), theirs.numpy().view(np.uint32))
+    assert not torch.equal(ours, start)
+    np.testing.assert_array_equal(wrapped.flat_params.numpy(), start.numpy())  # the replica never moved
+    np.testing.assert_array_equal(wrapped.state_dict()["residual"], (ours - start).numpy())
+    assert wrapped.leave()["step_from"] == "own"
+    np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), start)
+
+
+def test_step_from_is_checked_and_the_device_path_steps_from_the_replica() -> None:
+    model = _model()
+    with pytest.raises(SharingConfigError, match="step_from.*'own'.*'shared'.*got 'mine'"):
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, join=False, step_from="mine")
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, join=False,
+                               device_encoding=True)
+    assert opt.step_from == "shared"
+
+
 def test_state_dict_round_trips_optimizer_residual_and_threshold() -> None:
     """Saved, then loaded into a new optimizer over a model given the same weights before wrapping: the
     same optimizer and threshold state, the residual up to the rounding of the parameters' precision
     (it lives as the step buffer's distance from them), and the same next step."""
     model = _model()
-    opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False)
+    opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False,
+                               step_from="shared")
     for step in range(3):
         opt.zero_grad()
         _loss(model, step).backward()
@@ -193,7 +253,7 @@ def test_state_dict_round_trips_optimizer_residual_and_threshold() -> None:
     other_model = _model(seed=2)
     other_model.load_state_dict(model.state_dict())  # weights first, then wrap
     other = DistributedOptimizer(torch.optim.Adam(other_model.parameters(), lr=1e-2), other_model,
-                                 join=False)
+                                 join=False, step_from="shared")
     other.load_state_dict(state)
     live = opt.flat_params.numpy()
     rounding = 2 * np.spacing(np.abs(live) + np.abs(state["residual"]))
@@ -248,7 +308,8 @@ def test_device_encoding_gives_the_host_encodings_replica() -> None:
     for on_device in (False, True):
         model = _model()
         opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False,
-                                   threshold_algorithm=FixedThreshold(1e-3), device_encoding=on_device)
+                                   threshold_algorithm=FixedThreshold(1e-3), device_encoding=on_device,
+                                   step_from="shared")  # where the device path steps from
         for step in range(5):
             opt.zero_grad()
             _loss(model, step).backward()
@@ -319,3 +380,26 @@ def test_a_refused_submit_takes_the_own_apply_back() -> None:
     _loss(model, 0).backward()
     opt.step()
     assert opt.messages == 1 and not np.array_equal(live, before)
+
+
+def test_a_loaded_residual_is_where_the_model_computes_from() -> None:
+    """step_from="own": after load_state_dict the model computes at the live parameters plus the loaded
+    residual (the step buffer), so a resumed worker starts where its own steps had taken it."""
+    model = _model()
+    opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False)
+    for step in range(3):
+        opt.zero_grad()
+        _loss(model, step).backward()
+        opt.step()
+    state = copy.deepcopy(opt.state_dict())
+    assert np.abs(state["residual"]).max() > 0
+    other_model = _model(seed=2)
+    other_model.load_state_dict({k: v.clone() for k, v in opt.model.state_dict().items()})  # B's values
+    other = DistributedOptimizer(torch.optim.Adam(other_model.parameters(), lr=1e-2), other_model, join=False)
+    live = opt.flat_params.numpy().copy()
+    with torch.no_grad():
+        other.flat_params.copy_(torch.from_numpy(live))  # the replica as the saved worker had it
+    other.load_state_dict(state)
+    computed_with = torch.nn.utils.parameters_to_vector(other_model.parameters()).detach().numpy()
+    np.testing.assert_array_equal(computed_with, other._buffers.step_flat.numpy())
+    np.testing.assert_allclose(computed_with, live + state["residual"], rtol=0, atol=1e-6)
