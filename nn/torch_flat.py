@@ -16,8 +16,9 @@ import numpy as np
 from psrv.nn.errors import ConfigError
 from psrv.nn.torch_device import import_torch
 
-__all__ = ["FlatBuffers", "bind_flat_buffers", "computing_on_step_buffer", "load_step_buffer",
-           "restore_grad_views", "steer_to_step_buffer", "step_before_after", "take_step"]
+__all__ = ["FlatBuffers", "bind_flat_buffers", "computing_on_step_buffer", "computing_with",
+           "load_step_buffer", "point_at", "restore_grad_views", "steer_to_step_buffer", "step_before_after",
+           "take_step"]
 
 
 @dataclass
@@ -160,19 +161,28 @@ def load_step_buffer(buffers: FlatBuffers, load: Any = None) -> Any:
     return base
 
 
+def point_at(params: list[Any], data: list[Any]) -> None:
+    """Re-point each parameter's data at the matching tensor (no copy; its gradient stays where it is)."""
+    for p, d in zip(params, data, strict=True):
+        p.data = d
+
+
 @contextmanager
-def computing_on_step_buffer(buffers: FlatBuffers) -> Iterator[None]:
-    """Inside, the module computes with the step buffer instead of the live parameters (each parameter's
-    data re-pointed, no copy; gradients still land in the flat gradient): a forward and backward pass
-    at the point the step buffer was loaded with, while a node's I/O thread keeps writing the live ones."""
-    live = [p.data for p in buffers.params]
+def computing_with(params: list[Any], data: list[Any]) -> Iterator[None]:
+    """Inside, the parameters compute with ``data`` (``point_at``); after, with what they held before."""
+    current = [p.data for p in params]
     try:
-        for p, shadow in zip(buffers.params, buffers.step_params, strict=True):
-            p.data = shadow.data
+        point_at(params, data)
         yield
     finally:
-        for p, data in zip(buffers.params, live, strict=True):
-            p.data = data
+        point_at(params, current)
+
+
+def computing_on_step_buffer(buffers: FlatBuffers) -> Any:
+    """Inside, the module computes with the step buffer instead of the live parameters (gradients still
+    land in the flat gradient): a forward and backward pass at the point the step buffer was loaded
+    with, while a node's I/O thread keeps writing the live ones."""
+    return computing_with(buffers.params, [shadow.data for shadow in buffers.step_params])
 
 
 def step_before_after(buffers: FlatBuffers, optimizer: Any, *args: Any, load: Any = None,

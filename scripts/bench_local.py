@@ -14,6 +14,7 @@ optimizer, measured in alternation in the same run. Prints Markdown tables, read
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -65,7 +66,11 @@ def train_loop(model, optimizer, rank: int, size: int, target: float, batch: int
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        reached = step % every == 0 and rank == 0 and accuracy(model, tx, ty) >= target
+        if step % every == 0 and rank == 0:
+            with getattr(optimizer, "on_replica", contextlib.nullcontext)():  # psrv: the shared model
+                reached = accuracy(model, tx, ty) >= target
+        else:
+            reached = False
         if should_stop(step, reached):
             return step, time.perf_counter() - start
     return max_steps, time.perf_counter() - start

@@ -43,7 +43,14 @@ from psrv.encoding import (
 )
 from psrv.encoding.implicit_residual import ImplicitResidual
 from psrv.nn.torch_device import import_torch, place_module
-from psrv.nn.torch_flat import bind_flat_buffers, restore_grad_views, steer_to_step_buffer, step_before_after
+from psrv.nn.torch_flat import (
+    bind_flat_buffers,
+    computing_with,
+    point_at,
+    restore_grad_views,
+    steer_to_step_buffer,
+    step_before_after,
+)
 from psrv.server import Node
 from psrv.torch import session
 from psrv.torch.device_sharing import DeviceSharing
@@ -131,8 +138,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.step_from = step_from if self.implicit is not None else "shared"
         self._live_data = [p.data for p in self._buffers.params]  # the model's views of the replica
         if self.step_from == "own":  # the model computes with the step buffer (live + residual)
-            for p, shadow in zip(self._buffers.params, self._buffers.step_params, strict=True):
-                p.data = shadow.data
+            point_at(self._buffers.params, [shadow.data for shadow in self._buffers.step_params])
         self.node: Node | None = None
         self.lock: Any = threading.RLock()  # the node's lock once joined: every write of the live params
         self.iterations = self.messages = self.bytes_sent = 0
@@ -163,6 +169,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The live flat parameter tensor, the replica (the decoder writes it; the model computes with
         views of it with ``step_from="shared"``, of the step buffer with "own")."""
         return self._buffers.flat
+
+    def on_replica(self) -> Any:
+        """A context inside which the model computes with the replica (the live parameters, what every
+        worker holds once the updates in flight arrived) instead of the step buffer: how to evaluate the
+        shared model in the middle of training with ``step_from="own"`` (with "shared" it does anyway)."""
+        return computing_with(self._buffers.params, self._live_data)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         raise SharingConfigError("DistributedOptimizer: param groups are fixed once wrapped; give the "
@@ -295,8 +307,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         node = self.node
         report: dict[str, Any] = {"steps": self.iterations, "messages": self.messages,
                                   "bytes_sent": self.bytes_sent, "step_from": self.step_from}
-        for p, live in zip(self._buffers.params, self._live_data, strict=True):
-            p.data = live
+        point_at(self._buffers.params, self._live_data)
         if node is None:
             return report
         config = node.config

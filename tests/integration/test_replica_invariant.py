@@ -5,6 +5,7 @@ the master copy within float32 rounding, and the master holds every submitted up
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -47,7 +48,8 @@ def _network(kind: str):
                         optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
 
 
-def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
+def _train(kind: str, mode: str, tmp_path: Path,
+           step_from: str = "shared") -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
     """(initial params, final master, worker results, per-worker sums of what each submitted)."""
     network = _network(kind)
     initial = np.array(network.params, dtype=np.float64, copy=True)
@@ -56,7 +58,7 @@ def _train(kind: str, mode: str, tmp_path: Path) -> tuple[np.ndarray, np.ndarray
                             updater_state=np.array(network.updater_state, copy=True)).start()
     procs = []
     try:
-        setup = sharing_setup(controller.address, config, network)
+        setup = dataclasses.replace(sharing_setup(controller.address, config, network), step_from=step_from)
         for i, batches in enumerate(_digits_batches(seed=11)):
             source, target = tmp_path / f"in{i}.pkl", tmp_path / f"out{i}.pkl"
             with open(source, "wb") as fh:
@@ -88,10 +90,14 @@ def _relative_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-@pytest.mark.parametrize("kind", ["network", "torch"])
-def test_every_replica_equals_the_master_after_the_drain(kind: str, tmp_path: Path) -> None:
-    initial, master, results, sent = _train(kind, "fixed", tmp_path)
+@pytest.mark.parametrize(("kind", "step_from"), [("network", "shared"), ("torch", "shared"), ("torch", "own"),
+                                                  ("network", "own")])
+def test_every_replica_equals_the_master_after_the_drain(kind: str, step_from: str, tmp_path: Path) -> None:
+    """step_from="own" (a TorchNetwork steps from its replica plus its residual) keeps the invariant: what
+    it steps from is a copy, the replica holds only what was sent; a Network steps from its replica."""
+    initial, master, results, sent = _train(kind, "fixed", tmp_path, step_from)
     assert len(results) == WORKERS and all(r.messages > 10 for r in results), [r.messages for r in results]
+    assert {r.step_from for r in results} == {"own" if (kind, step_from) == ("torch", "own") else "shared"}
     # nothing lost, nothing twice: the master is the initial copy plus every submitted update once
     assert _relative_l2(master, initial + sum(sent)) <= 1e-6
     for r in results:  # each replica, checked by the task itself against a snapshot of the master

@@ -54,6 +54,7 @@ def test_two_workers_per_node_train_with_half_the_members_and_the_same_accuracy(
         for fit in fits:
             assert fit["mesh_members"] == members and fit["workers"] == members, fit  # the controller's count
             assert fit["local_workers"] == WORKERS, fit
+            assert fit["step_from"] == {"shared": members}, fit  # a psrv.nn.Network steps from its replica
             assert fit["examples"] == train.num_examples, fit
             # the invariant: every replica equals the master copy, every update applied once
             assert fit["replicas_checked"] == members and fit["replicas_diverged"] == 0, fit

@@ -225,6 +225,9 @@ def test_stepping_from_its_own_point_alone_the_model_is_the_bare_optimizers_bit_
     assert not torch.equal(ours, start)
     np.testing.assert_array_equal(wrapped.flat_params.numpy(), start.numpy())  # the replica never moved
     np.testing.assert_array_equal(wrapped.state_dict()["residual"], (ours - start).numpy())
+    with wrapped.on_replica():  # the shared model, for an evaluation in the middle of training
+        np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), start)
+    np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), ours)
     assert wrapped.leave()["step_from"] == "own"
     np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), start)
 

@@ -1,0 +1,151 @@
+"""Does the real Spark path learn what the quality harness says it learns? The same task, module, seed,
+optimizer and epochs, trained three ways in one run:
+
+* one process (the harness's), the reference;
+* the harness's simulation of gradient sharing with the default settings and with DL4J's
+  (``step_from="own"`` and ``"shared"``);
+* a real ``TorchEstimator`` fit on Spark (``local-cluster[W,1,1024]`` by default: W executor processes,
+  a controller on the driver, real ZeroMQ sockets), once per ``step_from``.
+
+Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
+its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
+the test accuracy per seed, the median, the points against one process, and the bytes sent against a
+dense exchange (Spark: every message of the fit, as ``last_fit`` counts them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+STEP_FROM = ("own", "shared")
+
+
+def _spark(master: str, workers: int) -> Any:
+    from bench_spark import spark_session
+
+    return spark_session(master, workers)
+
+
+def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str) -> dict[str, Any]:
+    """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark."""
+    import numpy as np
+    import torch
+    from psrv.spark import SharedTrainingMaster
+    from psrv.spark.ml import TorchEstimator
+    from quality import harness
+
+    module = harness.initial_module(task, harness.Setting(seed=seed))
+    rows = [(x.reshape(-1).tolist(), int(y)) for x, y in zip(task.x_train, task.y_train, strict=True)]
+    frame = spark.createDataFrame(rows, ["features", "label"]).repartition(workers).cache()
+    frame.count()
+    master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=workers,
+                                  step_from=step_from, progress=False)
+    started = time.perf_counter()
+    model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=task.input_shape,
+                           epochs=task.epochs, seed=seed, batch_size=task.batch_size,
+                           optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+                           training_master=master).fit(frame)
+    seconds = time.perf_counter() - started
+    frame.unpersist()
+    predicted = np.asarray(model.network.predict(task.x_test))
+    fit = master.last_fit
+    return {"accuracy": float(np.mean(predicted == task.y_test)), "seconds": seconds,
+            "bytes": int(fit["bytes_sent"]), "dense": int(fit["dense_bytes"]),
+            "step_from": fit.get("step_from"), "diverged": int(fit.get("replicas_diverged", 0))}
+
+
+def _harness(task_name: str, seed: int, workers: int, method: str) -> dict[str, Any]:
+    import torch
+    from psrv.encoding import ResidualClipping, dl4j_threshold
+    from quality import harness, tasks
+
+    torch.set_num_threads(1)
+    task = tasks.make(task_name, seed)
+    if method == "one":
+        result = harness.one_process(task, harness.Setting(workers=1, seed=seed))
+        return {"accuracy": result.accuracy, "bytes": 0, "dense": 1}
+    config = harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=method == "own")
+    result = harness.sharing(task, harness.Setting(workers=workers, seed=seed), config)
+    return {"accuracy": result.accuracy, "bytes": result.bytes_total,
+            "dense": result.dense_per_step * result.steps * workers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="mlp", help="comma-separated tasks of scripts/quality/tasks.py "
+                        "(mlp, cnn, seq, mlp1m)")
+    parser.add_argument("--workers", type=int, default=2, help="Spark executors and simulated workers")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per task (medians are reported)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default local-cluster[W,1,1024], W = --workers)")
+    parser.add_argument("--save", default=None, help="also write every run to this JSON file")
+    args = parser.parse_args(argv)
+    names = [t for t in args.tasks.split(",") if t]
+    from quality import tasks as task_module
+
+    unknown = sorted(set(names) - set(task_module.TASKS) - {"tiny"})
+    if unknown or not names:
+        parser.error(f"--tasks: unknown {unknown}; known: mlp, cnn, seq, mlp1m")
+    if args.workers < 1 or args.seeds < 1:
+        parser.error("--workers and --seeds must be >= 1")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    spark = _spark(args.master or f"local-cluster[{args.workers},1,1024]", args.workers)
+    runs: list[dict[str, Any]] = []
+    try:
+        for name in names:
+            for seed in range(args.seeds):
+                task = task_module.make(name, seed)
+                for method in ("one", "own", "shared"):
+                    runs.append({"task": name, "seed": seed, "way": "harness", "method": method,
+                                 **_harness(name, seed, args.workers, method)})
+                    print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+                for step_from in STEP_FROM:
+                    runs.append({"task": name, "seed": seed, "way": "spark", "method": step_from,
+                                 **_spark_fit(spark, task, seed, args.workers, step_from)})
+                    print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+    finally:
+        spark.stop()
+    if args.save:
+        Path(args.save).write_text(json.dumps(runs, indent=1))
+    print(table(runs, args.workers))
+    return 0
+
+
+LABELS = {("harness", "one"): "one process", ("harness", "own"): "harness, default (step_from own)",
+          ("harness", "shared"): "harness, DL4J's (step_from shared)",
+          ("spark", "own"): "Spark, default (step_from own)",
+          ("spark", "shared"): "Spark, DL4J's (step_from shared)"}
+
+
+def table(runs: list[dict[str, Any]], workers: int) -> str:
+    """One row per task and method: accuracy per seed, median, points against one process, bytes."""
+    lines = ["| task | workers | way | accuracy per seed | median | vs one process | bytes / dense |",
+             "|---|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["task"] for r in runs):
+        one = statistics.median(r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one")
+        for key, label in LABELS.items():
+            group = [r for r in runs if r["task"] == name and (r["way"], r["method"]) == key]
+            if not group:
+                continue
+            accs = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]
+            middle = statistics.median(accs)
+            share = "-" if key[1] == "one" else \
+                f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
+            lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
+                         f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
+                         f"{100 * (middle - one):+.1f} | {share} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
