@@ -328,17 +328,26 @@ class TorchNetwork(_inputs.TrainingCounters):
         update, loss = self.compute_update_tensor(features, labels, mask, features_mask)
         return update.numpy() if self.on_host else update.cpu().numpy(), loss
 
-    def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None,
-                              features_mask: Any = None) -> tuple[Any, float]:
+    def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None, features_mask: Any = None,
+                              load: Any = None, from_loaded: bool = False) -> tuple[Any, float]:
         """As ``compute_update``, the step as a tensor on the network's device (no host copy).
 
         The optimizer steps the step buffer, loaded first with one read of the live parameters (which
         the node's I/O thread may be changing: the step is then taken from a slightly older point, as
-        in any asynchronous SGD, but every update decoded meanwhile stays in ``params``).
+        in any asynchronous SGD, but every update decoded meanwhile stays in ``params``). With
+        ``from_loaded`` the buffers are loaded first by ``load`` (as in ``compute_update_pair``) and the
+        forward and backward pass run at what it put there.
         """
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient(x, y, m, features_mask)
-        update, _ = take_step(self._buffers, self.optimizer)
+        if from_loaded:
+            load_step_buffer(self._buffers, load)
+            with computing_on_step_buffer(self._buffers):
+                loss = self._gradient(x, y, m, features_mask)
+            after, before, _ = step_before_after(self._buffers, self.optimizer, loaded=True)
+            update = after - before
+        else:
+            loss = self._gradient(x, y, m, features_mask)
+            update, _ = take_step(self._buffers, self.optimizer)
         self._iteration += 1
         self.last_loss = loss
         return update, loss

@@ -85,8 +85,8 @@ class SharedTrainingMaster:
     replica plus its residual (what it has not sent yet), so a worker never repeats a step the sparse
     messages have not yet carried; the replica itself only ever holds what was sent, so every replica
     still equals the master copy. ``step_from="shared"`` steps from the replica alone, as DL4J does.
-    "own" needs a host ``TorchNetwork`` with one worker per task; elsewhere a task steps from the
-    replica and says so in its log (``last_fit["step_from"]`` counts the tasks of each kind).
+    "own" needs a ``TorchNetwork`` (CPU or GPU, local workers included); a ``psrv.nn.Network`` steps from
+    the replica and its task says so in its log (``last_fit["step_from"]`` counts the tasks of each kind).
 
     ``workers_per_node=N`` trains N local workers in each task (one per GPU it holds, else threads)
     behind its one mesh member: their steps are summed before one message goes on the wire

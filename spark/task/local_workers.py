@@ -87,8 +87,10 @@ class LocalWorkers:
     """The N trainers of one node: a round of steps, their sum, their averaged states."""
 
     def __init__(self, network: TrainableNetwork, payload: NetworkPayload, count: int, lock: Any,
-                 on_device: bool, held_gpus: Sequence[Any] = ()) -> None:
+                 on_device: bool, held_gpus: Sequence[Any] = (),
+                 offset: Callable[[], Any] | None = None) -> None:
         self.count = check_workers_per_node(count)
+        self.offset = offset  # step_from="own": workers 1..N-1 start at the replica plus offset()
         self.lock = lock  # the node's: every replica snapshot is consistent with the updates it applied
         self.on_device = on_device
         main_device = getattr(network, "device", None) if on_device else None
@@ -102,10 +104,12 @@ class LocalWorkers:
         self._total: Any = None
 
     def _snapshot(self, worker: TrainableNetwork) -> None:
-        """The replica's current values into a worker's own parameters (worker 0 IS the replica)."""
+        """The replica's current values (plus the offset, the node's residual, with step_from="own")
+        into a worker's own parameters (worker 0 IS the replica)."""
         main = self.networks[0]
         with self.lock:
-            worker.set_params(main.flat_params if self.on_device else main.params)
+            replica = main.flat_params if self.on_device else main.params
+            worker.set_params(replica if self.offset is None else replica + self.offset())
 
     def _run(self, worker: TrainableNetwork, batch: Any, offset: int,
              compute: ComputeStep) -> tuple[Any, float]:

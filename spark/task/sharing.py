@@ -93,22 +93,27 @@ class SharingTask:
         self.replica: dict[str, Any] | None = None
         self.counters: dict[str, Any] = {}
         self._join()
+        self.step_from = self._step_from(getattr(setup, "step_from", "shared"))
         count = int(getattr(setup, "workers_per_node", 1))
         self.local = LocalWorkers(self.network, setup.payload, count, self.node.lock, on_device,
-                                  task_gpus() if on_device else ()) if count > 1 else None
-        self.step_from = self._step_from(getattr(setup, "step_from", "shared"))
+                                  task_gpus() if on_device else (),
+                                  offset=self._residual if self.step_from == "own" else None) \
+            if count > 1 else None
 
     def _step_from(self, wanted: str) -> str:
         """Where this task's steps start: "own" (the replica plus this worker's residual) where the
-        network computes on the host from a loaded step buffer, else "shared" (the replica), logged."""
+        network can step from a loaded step buffer, else "shared" (the replica), logged."""
         if wanted != "own":
             return "shared"
-        if self.local is None and self.sharing is None and _steps_in_pairs(self.network):
+        if _steps_from_loaded(self.network) and (self.sharing is not None or _steps_in_pairs(self.network)):
             return "own"
-        why = ("several local workers" if self.local is not None else "the encoding runs on the device"
-               if self.sharing is not None else f"{type(self.network).__name__} has no host step buffer")
-        log.info("step_from='own' asked for; this task steps from its replica alone (%s)", why)
+        log.info("step_from='own' asked for; this task steps from its replica alone (%s has no step "
+                 "buffer to step from)", type(self.network).__name__)
         return "shared"
+
+    def _residual(self) -> Any:
+        """What this node has not sent yet (a host array, or a tensor on the device)."""
+        return self.encoder.residual
 
     def _join(self) -> None:
         """Start the node (a download of the master copy), then take the updater state and residual."""
@@ -169,19 +174,26 @@ class SharingTask:
         for batch in batches:
             check_finite(batch, self.part, offset)
             offset += batch.num_examples
-        outcomes = self.local.compute(batches, self._compute, self.examples)
+        outcomes = self.local.compute(batches, partial(self._compute, own=self.step_from == "own"),
+                                      self.examples)
         update = self.local.combine([u for u, _ in outcomes])
         self._send(update, [float(loss) for _, loss in outcomes], batches, step_start)
 
     def _compute(self, network: TrainableNetwork, batch: Any, rows_before: int,
                  pair: bool = False, own: bool = False) -> tuple[Any, float]:
         """One worker's step on one minibatch (nothing applied); its errors classified. With ``pair``
-        the step comes back as (after, before), for the encoder's one-pass sum, scan and encode; with
-        ``own`` too it is taken at the replica plus this worker's residual (its own steps whole)."""
+        the step comes back as (after, before), for the encoder's one-pass sum, scan and encode. With
+        ``own`` the replica's step is taken at the replica plus this node's residual, from a loaded copy
+        (another local worker's parameters are that point already: ``LocalWorkers``' offset)."""
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
-        if pair and own:
+        if own and network is self.network and self.sharing is not None:  # the residual is a tensor there
+            compute = partial(network.compute_update_tensor, from_loaded=True,
+                              load=partial(_load_tensor_with_residual, residual=self.encoder.residual))
+        elif own and network is self.network and pair:
             compute = partial(network.compute_update_pair, from_loaded=True,
                               load=partial(_load_with_residual, residual=self.encoder.residual))
+        elif own and network is self.network:  # on the host, one step of a round: as one array
+            compute = partial(_host_step_from_residual, network, residual=self.encoder.residual)
         elif pair:
             compute = partial(network.compute_update_pair, load=_load_on_host)
         try:
@@ -294,14 +306,23 @@ class SharingTrainer:
         yield task.result()
 
 
+def _owner(network: Any, name: str) -> Any:
+    """The class in the network's MRO that defines ``name`` (None if none does)."""
+    return next((k for k in type(network).__mro__ if name in vars(k)), None)
+
+
 def _steps_in_pairs(network: Any) -> bool:
     """Whether the network gives its step on the host as (after, before) by the same code as its
     ``compute_update`` (a subclass that overrides ``compute_update`` keeps its own)."""
-    def owner(name: str) -> Any:
-        return next((k for k in type(network).__mro__ if name in vars(k)), None)
+    return (getattr(network, "on_host", False) is True and _owner(network, "compute_update_pair") is not None
+            and _owner(network, "compute_update_pair") is _owner(network, "compute_update"))
 
-    return (getattr(network, "on_host", False) is True and owner("compute_update_pair") is not None
-            and owner("compute_update_pair") is owner("compute_update"))
+
+def _steps_from_loaded(network: Any) -> bool:
+    """Whether the network's ``compute_update_tensor`` can step from a loaded step buffer: the class that
+    takes steps as pairs defines it (a subclass that overrides it keeps its own)."""
+    tensor = _owner(network, "compute_update_tensor")
+    return tensor is not None and tensor is _owner(network, "compute_update_pair")
 
 
 def _load_on_host(live: Any, snapshot: Any, step_buffer: Any) -> None:
@@ -313,6 +334,23 @@ def _load_with_residual(live: Any, snapshot: Any, step_buffer: Any, residual: np
     """The live parameters plus the worker's residual into the step's snapshot and step buffer: the
     point the worker's own steps took it to, what was not sent yet included."""
     add_to_both(live.numpy(), residual, snapshot.numpy(), step_buffer.numpy())
+
+
+def _host_step_from_residual(network: Any, features: Any, labels: Any, mask: Any = None,
+                             features_mask: Any = None, *, residual: np.ndarray) -> tuple[np.ndarray, float]:
+    """A host network's step taken at its live parameters plus ``residual``, as one array."""
+    update, loss = network.compute_update_tensor(features, labels, mask, features_mask, from_loaded=True,
+                                                 load=partial(_load_with_residual, residual=residual))
+    return update.numpy(), loss
+
+
+def _load_tensor_with_residual(live: Any, snapshot: Any, step_buffer: Any, residual: Any) -> None:
+    """``_load_with_residual`` with torch ops where the parameters and the residual live (a GPU)."""
+    import torch  # lazy: the device path has torch by definition
+
+    with torch.no_grad():
+        torch.add(live, residual, out=snapshot)
+        step_buffer.copy_(snapshot)
 
 
 __all__ = ["SharingTask", "SharingTrainer", "StepCallback"]

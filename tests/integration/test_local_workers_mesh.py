@@ -34,9 +34,24 @@ def _batches() -> list[DataSet]:
     return list(full.batches(32))
 
 
-def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path) -> None:
-    network = Network([Dense(64, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
-                      seed=3)
+def _network(kind: str):
+    if kind == "network":
+        return Network([Dense(64, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
+                       seed=3)
+    torch = pytest.importorskip("torch")
+    from psrv.nn.torch_adapter import TorchNetwork
+
+    torch.manual_seed(3)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
+                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
+
+
+@pytest.mark.parametrize("kind", ["network", "torch"])
+def test_a_node_of_two_local_workers_keeps_the_replica_invariant(kind: str, tmp_path: Path) -> None:
+    """A psrv.nn.Network steps from the replica; a TorchNetwork from the replica plus the node's residual
+    (step_from="own": worker 0 from a loaded copy, worker 1's parameters set to that point)."""
+    network = _network(kind)
     initial = np.array(network.params, dtype=np.float64, copy=True)
     config = TransportConfig(heartbeat_s=0.5, missed_beats=6, join_timeout_s=30, linger_s=0.5)
     controller = Controller(config, np.array(network.params, copy=True),
@@ -49,8 +64,8 @@ def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path)
         for count, share in shares.items():
             source, target = tmp_path / f"in{count}.pkl", tmp_path / f"out{count}.pkl"
             with open(source, "wb") as fh:
-                pickle.dump({"setup": replace(base, workers_per_node=count), "batches": share,
-                             "mode": "fixed"}, fh)
+                setup = replace(base, workers_per_node=count, step_from="own")
+                pickle.dump({"setup": setup, "batches": share, "mode": "fixed"}, fh)
             log = open(tmp_path / f"worker{count}.log", "w")  # noqa: SIM115 - the child inherits it
             procs.append((subprocess.Popen([sys.executable, str(WORKER), str(source), str(target)],
                                            stdout=log, stderr=subprocess.STDOUT,
@@ -73,6 +88,7 @@ def test_a_node_of_two_local_workers_keeps_the_replica_invariant(tmp_path: Path)
         controller.stop()
     pair, single = results[2], results[1]
     assert pair.local_workers == 2 and single.local_workers == 1
+    assert {pair.step_from, single.step_from} == {"own" if kind == "torch" else "shared"}
     assert pair.steps == len(shares[2]) and pair.examples == sum(b.num_examples for b in shares[2])
     assert pair.messages == (len(shares[2]) + 1) // 2  # one message per round of two minibatches
     assert single.messages == len(shares[1])

@@ -73,6 +73,7 @@ def test_gradient_sharing_on_the_device_path_returns_the_average_of_the_workers_
         # the device path keeps the invariant too: the live (device) replicas equal the master copy
         assert master.last_fit["replicas_checked"] == 2 and master.last_fit["replicas_diverged"] == 0, \
             master.last_fit
+        assert master.last_fit["step_from"] == {"own": 2}  # from replica + residual, on the device too
     assert np.abs(driver["2.running_mean"]).sum() > 0 and not np.allclose(driver["2.running_var"], 1.0)
     assert int(driver["2.num_batches_tracked"]) > 0
     assert network.evaluate(test).accuracy() >= 0.85  # evaluated with the averaged running statistics

@@ -213,3 +213,24 @@ def test_torch_workers_on_the_device_path_step_from_the_replica_and_sum_tensors(
     assert np.allclose(total.numpy(), reference[0] + reference[1], atol=1e-6)
     assert np.array_equal(workers.networks[1].params, network.params)  # nothing applied by a step
     workers.close()
+
+
+def test_with_an_offset_the_other_workers_start_at_the_replica_plus_it() -> None:
+    """step_from="own": workers 1..N-1 take the replica plus the node's residual as their parameters
+    before each step; worker 0 (the replica itself) is left alone."""
+    network = _network()
+    residual = np.random.default_rng(7).normal(0, 1e-2, network.num_params).astype(network.params.dtype)
+    payload = NetworkPayload.from_network(network, with_updater=True)
+    workers = LocalWorkers(network, payload, 2, threading.RLock(), on_device=False, offset=lambda: residual)
+    replica = network.params.copy()
+    seen = {}
+
+    def compute(net, batch, rows_before):
+        seen[rows_before] = net.params.copy()
+        return np.zeros(net.num_params), 0.0
+
+    batches = [type("B", (), {"num_examples": 3})() for _ in range(2)]
+    workers.compute(batches, compute, 0)
+    np.testing.assert_array_equal(seen[0], replica)  # worker 0: the replica, untouched
+    np.testing.assert_array_equal(seen[3], replica + residual)
+    workers.close()
