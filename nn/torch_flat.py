@@ -17,8 +17,8 @@ from psrv.nn.errors import ConfigError
 from psrv.nn.torch_device import import_torch
 
 __all__ = ["FlatBuffers", "bind_flat_buffers", "computing_on_step_buffer", "computing_with",
-           "load_step_buffer", "point_at", "restore_grad_views", "steer_to_step_buffer", "step_before_after",
-           "take_step"]
+           "load_step_buffer", "load_with", "point_at", "restore_grad_views", "steer_to_step_buffer",
+           "step_before_after", "take_step"]
 
 
 @dataclass
@@ -159,6 +159,19 @@ def load_step_buffer(buffers: FlatBuffers, load: Any = None) -> Any:
         else:
             load(buffers.flat, base, buffers.step_flat)
     return base
+
+
+def load_with(offset: Any) -> Any:
+    """A ``load`` for ``load_step_buffer``: the live parameters plus ``offset`` (a tensor where they live,
+    e.g. a worker's residual) into the snapshot and the step buffer, with torch ops on their device."""
+    torch = import_torch()
+
+    def load(live: Any, snapshot: Any, step_buffer: Any) -> None:
+        with torch.no_grad():
+            torch.add(live, offset, out=snapshot)
+            step_buffer.copy_(snapshot)
+
+    return load
 
 
 def point_at(params: list[Any], data: list[Any]) -> None:

@@ -13,8 +13,9 @@ parameters mirrored into the step buffer and one pass that threshold-encodes the
 message to the live parameters; the message goes to the mesh. No load of the step buffer, no stored
 residual. With nothing sent, the step buffer evolves bit for bit as the bare optimizer's parameters
 (weight decay acts on it, i.e. on the live parameters plus the residual). On a device
-(``device_encoding``) the step buffer is reloaded from the live parameters each step and the residual
-is a tensor of its own (psrv.torch.device_sharing).
+(``device_encoding``) the step buffer is reloaded from the live parameters each step (with
+``step_from="own"``: from the live parameters plus the residual, right after the step, so the model
+computes with it) and the residual is a tensor of its own (psrv.torch.device_sharing).
 
 Weights are loaded into the model *before* it is wrapped, or through this optimizer's
 ``load_state_dict`` after: a write to the model's parameters after wrapping moves the live parameters
@@ -46,6 +47,8 @@ from psrv.nn.torch_device import import_torch, place_module
 from psrv.nn.torch_flat import (
     bind_flat_buffers,
     computing_with,
+    load_step_buffer,
+    load_with,
     point_at,
     restore_grad_views,
     steer_to_step_buffer,
@@ -87,9 +90,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     trains alone (the encoded steps are applied locally only), e.g. to compare against one process.
     ``step_from``: "own" (the default, on the host) makes the model compute with the step buffer, i.e.
     the replica plus this worker's unsent residual, so each step starts where the worker's own steps
-    took it (alone, the model is then the bare optimizer's, bit for bit); the replica still holds only
-    what was sent, and ``leave()`` puts the model back on it. "shared" (and every ``device_encoding``
-    worker) computes with the replica alone, as ``SharedTrainingMaster(step_from="shared")`` and DL4J do.
+    took it (alone on the host, the model is then the bare optimizer's, bit for bit); the replica still
+    holds only what was sent, and ``leave()`` puts the model back on it. With ``device_encoding`` the
+    step buffer is loaded with replica + residual after each step. "shared" computes with the replica
+    alone, as ``SharedTrainingMaster(step_from="shared")`` and DL4J do.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
     its parameters must be on one device, float32 or float64 (use ``torch.autocast`` for mixed precision).
     Load weights before wrapping (or with ``load_state_dict``): see the module docstring.
@@ -135,7 +139,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise SharingConfigError(
                 f"DistributedOptimizer: step_from: expected 'own' (steps from the replica plus this "
                 f"worker's residual) or 'shared' (from the replica alone), got {step_from!r}")
-        self.step_from = step_from if self.implicit is not None else "shared"
+        self.step_from = step_from
         self._live_data = [p.data for p in self._buffers.params]  # the model's views of the replica
         if self.step_from == "own":  # the model computes with the step buffer (live + residual)
             point_at(self._buffers.params, [shadow.data for shadow in self._buffers.step_params])
@@ -146,6 +150,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if self.implicit is not None:
                 self.implicit.warm_up()  # no numba compile inside a member's step or I/O thread
             self._join()
+        self._load_own_point()
 
     # --- what torch.optim.Optimizer users and tools read ------------------------------------------
 
@@ -199,13 +204,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         restore_grad_views(self._buffers, keep_missing=True, adopt=True)
-        if self.implicit is None:
-            after, before, _ = step_before_after(self._buffers, self.optimizer)
+        if self.implicit is None:  # the step buffer is loaded at every step (with "own": after it)
+            own = self.step_from == "own"
+            after, before, _ = step_before_after(self._buffers, self.optimizer, loaded=own)
             self.iterations += 1
             with torch.no_grad():
                 message = self.encoder.encode_update(after.sub_(before))
             if message is not None:
                 self._submit_from_device(message)
+            self._load_own_point()
             return loss
         with self.lock:
             self.implicit.begin_step()  # the node's writes wait for the mirror while B is stepped
@@ -221,6 +228,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if message is not None:
                 self._submit_from_host(message)
         return loss
+
+    def _load_own_point(self) -> None:
+        """The device path with ``step_from="own"``: the step buffer (what the model computes with) and
+        its snapshot become the replica plus the residual, read under the lock. The updates decoded
+        into the replica after this load reach the step buffer at the next one (one step later)."""
+        if self.implicit is None and self.step_from == "own":
+            with self.lock:
+                load_step_buffer(self._buffers, load_with(self.encoder.residual))
 
     def _submit_from_host(self, message: np.ndarray) -> None:
         """Hand an own message (already applied to the live parameters) to the node, under its lock. If
@@ -279,6 +294,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self.implicit.set_residual(residual)
         else:
             self.sharing.set_residual(residual)
+            self._load_own_point()
         self.encoder.threshold_algorithm = threshold_algorithm_from_state(state_dict["threshold"])
         self.encoder.post_processor = post_processor_from_state(state_dict["post_processor"])
         self.iterations = int(state_dict.get("iterations", 0))

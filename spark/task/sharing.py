@@ -18,6 +18,7 @@ from psrv.encoding import ResidualEncoder
 from psrv.encoding.codec import add_to_both, copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
+from psrv.nn.torch_flat import load_with
 from psrv.spark import strategies
 from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
@@ -188,7 +189,7 @@ class SharingTask:
         compute = network.compute_update if self.sharing is None else network.compute_update_tensor
         if own and network is self.network and self.sharing is not None:  # the residual is a tensor there
             compute = partial(network.compute_update_tensor, from_loaded=True,
-                              load=partial(_load_tensor_with_residual, residual=self.encoder.residual))
+                              load=load_with(self.encoder.residual))
         elif own and network is self.network and pair:
             compute = partial(network.compute_update_pair, from_loaded=True,
                               load=partial(_load_with_residual, residual=self.encoder.residual))
@@ -342,15 +343,6 @@ def _host_step_from_residual(network: Any, features: Any, labels: Any, mask: Any
     update, loss = network.compute_update_tensor(features, labels, mask, features_mask, from_loaded=True,
                                                  load=partial(_load_with_residual, residual=residual))
     return update.numpy(), loss
-
-
-def _load_tensor_with_residual(live: Any, snapshot: Any, step_buffer: Any, residual: Any) -> None:
-    """``_load_with_residual`` with torch ops where the parameters and the residual live (a GPU)."""
-    import torch  # lazy: the device path has torch by definition
-
-    with torch.no_grad():
-        torch.add(live, residual, out=snapshot)
-        step_buffer.copy_(snapshot)
 
 
 __all__ = ["SharingTask", "SharingTrainer", "StepCallback"]

@@ -249,7 +249,7 @@ def test_a_failed_step_from_the_step_buffer_leaves_the_module_on_the_live_parame
 def test_the_device_paths_step_from_the_replica_plus_the_residual_is_the_plain_step_taken_there() -> None:
     """The GPU worker's path (compute_update_tensor, the residual a tensor) on CPU tensors: the step
     taken from live + residual equals a twin's whose live parameters are live + residual, bit for bit."""
-    from psrv.spark.task.sharing import _load_tensor_with_residual
+    from psrv.nn.torch_flat import load_with
 
     net, twin = _mlp(), _mlp()
     residual = torch.from_numpy(np.random.default_rng(4).normal(0, 1e-2, net.num_params).astype(np.float32))
@@ -257,10 +257,7 @@ def test_the_device_paths_step_from_the_replica_plus_the_residual_is_the_plain_s
         x, y = _batch(seed=step)
         live = net.params.copy()
         twin.params[:] = live + residual.numpy()
-        def load(a, b, c):
-            _load_tensor_with_residual(a, b, c, residual=residual)
-
-        update, loss = net.compute_update_tensor(x, y, from_loaded=True, load=load)
+        update, loss = net.compute_update_tensor(x, y, from_loaded=True, load=load_with(residual))
         twin_update, twin_loss = twin.compute_update_tensor(x, y)
         assert loss == twin_loss
         np.testing.assert_array_equal(update.numpy().view(np.uint32), twin_update.numpy().view(np.uint32))

@@ -232,13 +232,55 @@ def test_stepping_from_its_own_point_alone_the_model_is_the_bare_optimizers_bit_
     np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), start)
 
 
-def test_step_from_is_checked_and_the_device_path_steps_from_the_replica() -> None:
+def test_step_from_is_checked() -> None:
     model = _model()
     with pytest.raises(SharingConfigError, match="step_from.*'own'.*'shared'.*got 'mine'"):
         DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, join=False, step_from="mine")
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, join=False,
-                               device_encoding=True)
-    assert opt.step_from == "shared"
+
+
+def test_on_the_device_path_the_model_steps_from_the_replica_plus_the_residual() -> None:
+    """device_encoding (a GPU worker's path; CPU tensors here) with step_from="own": after every step the
+    step buffer, which the model computes with, is reloaded with the replica plus the residual. With
+    nothing sent the model follows the bare optimizer's parameters (to the rounding of that sum); with
+    messages the replica holds exactly what was sent."""
+    reference, model = _model(), _model()
+    bare = torch.optim.Adam(reference.parameters(), lr=1e-2)
+    wrapped = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model, join=False,
+                                   threshold_algorithm=FixedThreshold(1e6),
+                                   post_processor=NoResidualPostProcessor(), device_encoding=True)
+    assert wrapped.step_from == "own" and wrapped.implicit is None
+    start = wrapped.flat_params.detach().clone()
+    for step in range(5):
+        for net, opt in ((reference, bare), (model, wrapped)):
+            opt.zero_grad()
+            _loss(net, step).backward()
+            opt.step()
+    ours = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    theirs = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+    assert not torch.equal(ours, start) and torch.equal(wrapped.flat_params, start)  # nothing sent
+    other = _model()
+    sending = DistributedOptimizer(torch.optim.Adam(other.parameters(), lr=1e-2), other, join=False,
+                                   threshold_algorithm=FixedThreshold(1e-3), device_encoding=True)
+    sent = torch.zeros_like(sending.flat_params)
+    replica_start = sending.flat_params.detach().clone()
+    submit = sending._submit_from_device
+
+    def recording(message):
+        from psrv.encoding import device as codec
+
+        codec.decode(message, sent)
+        submit(message)
+
+    sending._submit_from_device = recording
+    for step in range(5):
+        sending.zero_grad()
+        _loss(sending.model, step).backward()
+        sending.step()
+    assert sending.messages == 5
+    torch.testing.assert_close(sending.flat_params, replica_start + sent, rtol=0, atol=1e-6)
+    computed_with = torch.nn.utils.parameters_to_vector(sending.model.parameters()).detach()
+    torch.testing.assert_close(computed_with, sending.flat_params + sending.encoder.residual, rtol=0, atol=0)
 
 
 def test_state_dict_round_trips_optimizer_residual_and_threshold() -> None:
