@@ -33,7 +33,8 @@ from psrv.torch.optimizer import DistributedOptimizer
 class PsrvStrategy(ParallelStrategy):
     """Lightning's strategy for psrv's gradient sharing (build it inside the launched function).
 
-    ``threshold_algorithm``, ``post_processor``, ``device_encoding``: as for ``DistributedOptimizer``.
+    ``threshold_algorithm``, ``post_processor``, ``device_encoding``, ``step_from``: as for
+    ``DistributedOptimizer``.
     ``accelerator``, ``checkpoint_io``, ``precision_plugin``: Lightning's (the Trainer's flags fill them).
     The device is the one the launcher gave this worker (``psrv.torch.device()``); outside a launcher the
     constructor raises ``LauncherRequiredError``.
@@ -42,15 +43,15 @@ class PsrvStrategy(ParallelStrategy):
     strategy_name = "psrv"
 
     def __init__(self, *, threshold_algorithm: Any = None, post_processor: Any = None,
-                 device_encoding: bool | None = None, accelerator: Any = None, checkpoint_io: Any = None,
-                 precision_plugin: Any = None) -> None:
+                 device_encoding: bool | None = None, step_from: str = "own", accelerator: Any = None,
+                 checkpoint_io: Any = None, precision_plugin: Any = None) -> None:
         self._place = session.init()
         device = torch.device(self._place.device or "cpu")
         super().__init__(accelerator=accelerator, parallel_devices=[device], checkpoint_io=checkpoint_io,
                          precision_plugin=precision_plugin)
         self._device = device
         self._sharing = {"threshold_algorithm": threshold_algorithm, "post_processor": post_processor,
-                         "device_encoding": device_encoding}
+                         "device_encoding": device_encoding, "step_from": step_from}
         self.distributed_optimizer: DistributedOptimizer | None = None
         #: this worker's report once ``fit`` ended (steps, messages, bytes, the replica check)
         self.report: dict[str, Any] | None = None
