@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psrv.nn import Adam, Dense, Network, Output
 from psrv.nn.data import DataSet
 from psrv.server import Controller
 from psrv.transport import TransportConfig
-from worker_setups import master_after, sharing_setup
+from worker_setups import digits_network, master_after, sharing_setup
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
@@ -35,16 +34,7 @@ def _batches() -> list[DataSet]:
 
 
 def _network(kind: str):
-    if kind == "network":
-        return Network([Dense(64, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
-                       seed=3)
-    torch = pytest.importorskip("torch")
-    from psrv.nn.torch_adapter import TorchNetwork
-
-    torch.manual_seed(3)
-    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
-                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    return digits_network(kind, 64)
 
 
 @pytest.mark.parametrize("kind", ["network", "torch"])

@@ -1,7 +1,8 @@
 """What the replica-worker tests share: the WorkerSetup a test hands to ``replica_worker.py`` (what the
 driver would ship to a Spark task of a gradient-sharing fit: the network by value, DL4J's threshold and
-residual clipping, for a controller the test started on loopback), the wait for the master to apply
-what the workers sent, and the master copy read after it."""
+residual clipping, for a controller the test started on loopback), the digits network they train (a
+psrv.nn.Network or a TorchNetwork), the wait for the master to apply what the workers sent, and the
+master copy read after it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,25 @@ from psrv.server import Controller
 from psrv.spark.payload import NetworkPayload
 from psrv.spark.task.setup import WorkerSetup
 from psrv.transport import TransportConfig
+
+
+def digits_network(kind: str, hidden: int) -> Any:
+    """One hidden layer of ``hidden`` units on the 64 digit pixels, Adam(1e-2): a psrv.nn.Network for
+    ``kind == "network"``, else a TorchNetwork (skipped where torch is missing)."""
+    if kind == "network":
+        from psrv.nn import Adam, Dense, Network, Output
+
+        return Network([Dense(hidden, activation="relu"), Output(10)], input_shape=(64,), updater=Adam(1e-2),
+                       seed=3)
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from psrv.nn.torch_adapter import TorchNetwork
+
+    torch.manual_seed(3)
+    module = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(64,),
+                        optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
 
 
 def sharing_setup(controller_address: str, config: TransportConfig, network: Any) -> WorkerSetup:
