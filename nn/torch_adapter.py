@@ -312,6 +312,16 @@ class TorchNetwork(_inputs.TrainingCounters):
         restore_grad_views(self._buffers)
         return value
 
+    def _gradient_from(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any], features_mask: Any,
+                       load: Any, from_loaded: bool) -> float:
+        """``_gradient`` at the live parameters, or (``from_loaded``) at what ``load`` put in the step
+        buffer."""
+        if not from_loaded:
+            return self._gradient(xs, ys, masks, features_mask)
+        load_step_buffer(self._buffers, load)
+        with computing_on_step_buffer(self._buffers):
+            return self._gradient(xs, ys, masks, features_mask)
+
     def compute_gradient(self, features: Any, labels: Any, mask: Any = None,
                          features_mask: Any = None) -> tuple[np.ndarray, float]:
         x, y, m = self._prepare(features, labels, mask)
@@ -339,14 +349,11 @@ class TorchNetwork(_inputs.TrainingCounters):
         forward and backward pass run at what it put there.
         """
         x, y, m = self._prepare(features, labels, mask)
+        loss = self._gradient_from(x, y, m, features_mask, load, from_loaded)
         if from_loaded:
-            load_step_buffer(self._buffers, load)
-            with computing_on_step_buffer(self._buffers):
-                loss = self._gradient(x, y, m, features_mask)
             after, before, _ = step_before_after(self._buffers, self.optimizer, loaded=True)
             update = after - before
         else:
-            loss = self._gradient(x, y, m, features_mask)
             update, _ = take_step(self._buffers, self.optimizer)
         self._iteration += 1
         self.last_loss = loss
@@ -362,12 +369,7 @@ class TorchNetwork(_inputs.TrainingCounters):
         residual), not at the live parameters; ``before`` is then that point. ``params`` is never
         written either way."""
         x, y, m = self._prepare(features, labels, mask)
-        if from_loaded:
-            load_step_buffer(self._buffers, load)
-            with computing_on_step_buffer(self._buffers):
-                loss = self._gradient(x, y, m, features_mask)
-        else:
-            loss = self._gradient(x, y, m, features_mask)
+        loss = self._gradient_from(x, y, m, features_mask, load, from_loaded)
         after, before, _ = step_before_after(self._buffers, self.optimizer, load=load, loaded=from_loaded)
         self._iteration += 1
         self.last_loss = loss
