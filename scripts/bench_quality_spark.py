@@ -10,7 +10,7 @@ optimizer and epochs, trained three ways in one run:
 Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
 its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
 the test accuracy per seed, the median, the points against one process, and the bytes sent against a
-dense exchange (Spark: every message of the fit, as ``last_fit`` counts them).
+dense exchange (Spark: every message of every epoch, as ``last_fit`` counts them after each).
 """
 
 from __future__ import annotations
@@ -49,18 +49,28 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str) -
     frame.count()
     master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=workers,
                                   step_from=step_from, progress=False)
+    epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
+
+    def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
+        epochs.append(dict(master.last_fit))
+        return False
+
     started = time.perf_counter()
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=task.input_shape,
                            epochs=task.epochs, seed=seed, batch_size=task.batch_size,
                            optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
-                           training_master=master).fit(frame)
+                           training_master=master, callbacks=[keep_epoch]).fit(frame)
     seconds = time.perf_counter() - started
     frame.unpersist()
+    if len(epochs) != task.epochs:
+        raise RuntimeError(f"the fit ran {len(epochs)} epochs where {task.epochs} were asked for")
     predicted = np.asarray(model.network.predict(task.x_test))
-    fit = master.last_fit
     return {"accuracy": float(np.mean(predicted == task.y_test)), "seconds": seconds,
-            "bytes": int(fit["bytes_sent"]), "dense": int(fit["dense_bytes"]),
-            "step_from": fit.get("step_from"), "diverged": int(fit.get("replicas_diverged", 0))}
+            "bytes": sum(int(e["bytes_sent"]) for e in epochs),
+            "dense": sum(int(e["dense_bytes"]) for e in epochs),
+            "steps": sum(int(e["steps"]) for e in epochs),
+            "step_from": [e.get("step_from") for e in epochs],
+            "diverged": sum(int(e.get("replicas_diverged", 0)) for e in epochs)}
 
 
 def _harness(task_name: str, seed: int, workers: int, method: str) -> dict[str, Any]:
@@ -72,11 +82,11 @@ def _harness(task_name: str, seed: int, workers: int, method: str) -> dict[str, 
     task = tasks.make(task_name, seed)
     if method == "one":
         result = harness.one_process(task, harness.Setting(workers=1, seed=seed))
-        return {"accuracy": result.accuracy, "bytes": 0, "dense": 1}
+        return {"accuracy": result.accuracy, "bytes": 0, "dense": 1, "steps": result.steps}
     config = harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=method == "own")
     result = harness.sharing(task, harness.Setting(workers=workers, seed=seed), config)
     return {"accuracy": result.accuracy, "bytes": result.bytes_total,
-            "dense": result.dense_per_step * result.steps * workers}
+            "dense": result.dense_per_step * result.steps * workers, "steps": result.steps * workers}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,8 +139,8 @@ LABELS = {("harness", "one"): "one process", ("harness", "own"): "harness, defau
 
 def table(runs: list[dict[str, Any]], workers: int) -> str:
     """One row per task and method: accuracy per seed, median, points against one process, bytes."""
-    lines = ["| task | workers | way | accuracy per seed | median | vs one process | bytes / dense |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| task | workers | way | accuracy per seed | median | vs one process | steps, all workers | "
+             "bytes / dense |", "|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["task"] for r in runs):
         one = statistics.median(r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one")
         for key, label in LABELS.items():
@@ -141,9 +151,10 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
             middle = statistics.median(accs)
             share = "-" if key[1] == "one" else \
                 f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
+            steps = statistics.median(r["steps"] for r in group)
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
-                         f"{100 * (middle - one):+.1f} | {share} |")
+                         f"{100 * (middle - one):+.1f} | {steps:.0f} | {share} |")
     return "\n".join(lines)
 
 
