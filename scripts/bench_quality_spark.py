@@ -35,8 +35,10 @@ def _spark(master: str, workers: int) -> Any:
     return spark_session(master, workers)
 
 
-def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str) -> dict[str, Any]:
-    """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark."""
+def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str,
+               per_node: int = 1) -> dict[str, Any]:
+    """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
+    trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks)."""
     import numpy as np
     import torch
     from psrv.spark import SharedTrainingMaster
@@ -45,10 +47,11 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str) -
 
     module = harness.initial_module(task, harness.Setting(seed=seed))
     rows = [(x.reshape(-1).tolist(), int(y)) for x, y in zip(task.x_train, task.y_train, strict=True)]
-    frame = spark.createDataFrame(rows, ["features", "label"]).repartition(workers).cache()
+    tasks = workers // per_node
+    frame = spark.createDataFrame(rows, ["features", "label"]).repartition(tasks).cache()
     frame.count()
-    master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=workers,
-                                  step_from=step_from, progress=False)
+    master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=tasks,
+                                  workers_per_node=per_node, step_from=step_from, progress=False)
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
     def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
@@ -96,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                         "(mlp, cnn, seq, mlp1m)")
     parser.add_argument("--workers", type=int, default=2, help="Spark executors and simulated workers")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per task (medians are reported)")
+    parser.add_argument("--workers-per-node", type=int, default=1,
+                        help="Spark: trainers in each task (SharedTrainingMaster(workers_per_node=)), so "
+                        "--workers / this many tasks; the harness still simulates --workers workers")
     parser.add_argument("--master", default=None,
-                        help="Spark master (default local-cluster[W,1,1024], W = --workers)")
+                        help="Spark master (default local-cluster[T,1,1024], T = the tasks)")
     parser.add_argument("--save", default=None, help="also write every run to this JSON file")
     args = parser.parse_args(argv)
     names = [t for t in args.tasks.split(",") if t]
@@ -108,8 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--tasks: unknown {unknown}; known: mlp, cnn, seq, mlp1m")
     if args.workers < 1 or args.seeds < 1:
         parser.error("--workers and --seeds must be >= 1")
+    per_node = args.workers_per_node
+    if per_node < 1 or args.workers % per_node:
+        parser.error(f"--workers-per-node must divide --workers ({args.workers}), got {per_node}")
+    tasks = args.workers // per_node
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    spark = _spark(args.master or f"local-cluster[{args.workers},1,1024]", args.workers)
+    master = args.master or f"local-cluster[{tasks},1,1024]"
+    spark = _spark(master, tasks)
     runs: list[dict[str, Any]] = []
     try:
         for name in names:
@@ -121,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
                 for step_from in STEP_FROM:
                     runs.append({"task": name, "seed": seed, "way": "spark", "method": step_from,
-                                 **_spark_fit(spark, task, seed, args.workers, step_from)})
+                                 **_spark_fit(spark, task, seed, args.workers, step_from, per_node)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:
         spark.stop()
     if args.save:
         Path(args.save).write_text(json.dumps(runs, indent=1))
+    print(f"# Spark: {tasks} task(s) of {per_node} trainer(s) each on {master}")
     print(table(runs, args.workers))
     return 0
 

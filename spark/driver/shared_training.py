@@ -33,6 +33,7 @@ from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
 from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level
 from psrv.spark.driver import shipping
+from psrv.spark.driver.crowded_hosts import CrowdingWarnings, hosts_of
 from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
@@ -139,6 +140,7 @@ class SharedTrainingMaster:
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
         self.progress = check_progress(progress)  # live progress on stderr during fit (observe.progress)
         self.workers_per_node = check_workers_per_node(workers_per_node)  # trainers behind each member
+        self._crowding = CrowdingWarnings()  # more tasks on a host than cores: said once per host
         self.step_from = check_step_from(step_from)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
@@ -251,6 +253,8 @@ class SharedTrainingMaster:
             step_from=self.step_from,
         )
         broadcast = spark_context.broadcast(setup)
+        self._crowding.before_job(str(spark_context.master),  # the tasks that can run at once
+                                  min(data.getNumPartitions(), int(spark_context.defaultParallelism)))
         started = time.time()
         try:
             job = data.mapPartitions(self.task_trainer(broadcast, loader))
@@ -384,8 +388,10 @@ class SharedTrainingMaster:
             **_accounting(setup.job_id, results, sent, controller_counters),
             "threshold": float(self.threshold_algorithm.threshold),
             "step_from": dict(Counter(r.step_from for r in results)),
+            "hosts": hosts_of(results),
             **_replica_summary(results),
         }
+        self._crowding.after_fit(self.last_fit["hosts"])
         relay_worker_logs(record for r in results for record in r.logs)
         if self.collect_training_stats:
             for r in results:  # each worker's times onto the driver's clock (the controller's)

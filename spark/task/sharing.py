@@ -9,6 +9,7 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from psrv.spark.task.results import WorkerResult
 from psrv.spark.task.setup import WorkerSetup
 from psrv.spark.task.worker import (
     EventLog,
+    host_and_cores,
     keep_residual,
     partition_id,
     path_loader,
@@ -66,6 +68,7 @@ class SharingTask:
 
     def __init__(self, setup: WorkerSetup, device_sharing: Callable[[TrainableNetwork], bool]) -> None:
         self.setup = setup
+        self.started = time.time()  # wall clock: the driver counts the tasks a host ran at once
         self.part = partition_id()
         self.attempt = _attempt()
         self.capture = WorkerLogCapture(worker=worker_id(), partition=self.part,
@@ -272,13 +275,15 @@ class SharingTask:
     def result(self) -> WorkerResult:
         """What the driver gets back from this task."""
         local = self.local
+        host, cores = host_and_cores()
         return WorkerResult(
             self.part, self.attempt, self.steps, self.examples, self.loss_sum, self.messages, self.bytes_sent,
             np.array(self.network.updater_state, copy=True) if local is None else local.updater_state(),
             self.encoder.threshold_algorithm.get_state(), self.events.events, self.counters,
             replica=self.replica, logs=self.capture.detach(),
             buffers=buffers_of(self.network) if self.local is None else self.local.buffers(),
-            local_workers=1 if self.local is None else self.local.count, step_from=self.step_from)
+            local_workers=1 if self.local is None else self.local.count, step_from=self.step_from,
+            host=host, cores=cores, ran=(self.started, time.time()))
 
 
 class SharingTrainer:

@@ -32,6 +32,16 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def host_and_cores() -> tuple[str, int]:
+    """(host name, cores this process may run on): where a task ran, for the driver's check that no
+    host ran more sharing tasks than it has cores (psrv.spark.driver.crowded_hosts)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        cores = os.cpu_count() or 1
+    return socket.gethostname(), max(1, cores)
+
+
 def partition_id() -> int:
     """The Spark partition this task works on (-1 outside a Spark task)."""
     from pyspark import TaskContext  # lazy: pyspark's task context, only inside a running task
@@ -179,6 +189,6 @@ def timed_batches(batches: Iterable[Any], events: EventLog) -> Iterator[tuple[An
 
 
 __all__ = [
-    "EventLog", "PathLoader", "cached_network", "keep_residual", "partition_id", "path_loader",
-    "take_residual", "task_source", "timed_batches", "training_network", "worker_id",
+    "EventLog", "PathLoader", "cached_network", "host_and_cores", "keep_residual", "partition_id",
+    "path_loader", "take_residual", "task_source", "timed_batches", "training_network", "worker_id",
 ]

@@ -17,6 +17,7 @@ from psrv.spark.errors import ControllerUnreachableError, SparkConfigError
 from psrv.spark.observe.report import export_stats_html
 from psrv.spark.task.node import route_source_address
 from psrv.spark.task.sharing import SharingTrainer
+from psrv.spark.task.worker import host_and_cores
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -214,6 +215,10 @@ def test_more_partitions_than_task_slots_does_not_deadlock(spark_context, digits
     # tasks of later waves joined a mesh that had moved on; each still ended equal to the master
     assert master.last_fit["replicas_checked"] == slots + 3 and master.last_fit["replicas_diverged"] == 0
     assert time.monotonic() - started < 120
+    # every task said where it ran; tasks in waves do not add up: never more at once than the slots
+    (host, ran), = master.last_fit["hosts"].items()
+    assert (host, ran["cores"]) == host_and_cores()
+    assert 1 <= ran["tasks"] <= slots
 
 
 @pytest.mark.timeout(480)
