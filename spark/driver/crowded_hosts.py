@@ -11,7 +11,8 @@ with no quantization at all (README, "How much a step learns"). Several trainers
 
 The driver says so before the job where it knows the host (a ``local`` or ``local-cluster`` master runs
 every executor on the driver's host) and after each fit from what every task reported of its host
-(``last_fit["hosts"]``: per host the most tasks it ran at once and its cores).
+(``last_fit["hosts"]``: per host the most tasks it ran at once and its cores). ``psrv.spark.run``
+starts its tasks together (a barrier stage): it says so before the job for a local master.
 """
 
 from __future__ import annotations
@@ -62,20 +63,26 @@ def crowded(hosts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     return {host: entry for host, entry in hosts.items() if entry["tasks"] > entry["cores"]}
 
 
-def advice(host: str, tasks: int, cores: int, when: str) -> str:
-    """What the warning says: what happened, why it matters, and what to change."""
+def advice(host: str, tasks: int, cores: int, when: str, fix: str = "") -> str:
+    """What the warning says: what happened, why it matters, and what to change (``fix``: the way to
+    more workers without more tasks, where the caller has one)."""
     return (f"gradient sharing {when} {tasks} tasks on host {host}, which has {cores} core(s): the tasks "
             f"take turns on the cores, their updates reach each other several steps late, and late "
             f"updates summed on every replica cost accuracy (README: 'How much a step learns'). Give each "
-            f"task a core: num_workers <= {cores} per host, e.g. fewer executors, or several trainers in "
-            f"each task with SharedTrainingMaster(workers_per_node=N)")
+            f"task a core: num_workers <= {cores} per host{fix}")
+
+
+#: SharedTrainingMaster's way to more workers than tasks
+LOCAL_WORKERS_FIX = (", e.g. fewer executors, or several trainers in each task with "
+                     "SharedTrainingMaster(workers_per_node=N)")
 
 
 class CrowdingWarnings:
     """Warns once per host for one training master (every epoch would say the same)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fix: str = "") -> None:
         self.warned: set[str] = set()
+        self.fix = fix
 
     def before_job(self, master: str, tasks: int) -> None:
         """A local master: every task runs on this host, known before the job starts."""
@@ -84,13 +91,14 @@ class CrowdingWarnings:
         host, cores = host_and_cores()
         if tasks > cores and host not in self.warned:
             self.warned.add(host)
-            log.warning(advice(host, tasks, cores, "will run"))
+            log.warning(advice(host, tasks, cores, "will run", self.fix))
 
     def after_fit(self, hosts: dict[str, dict[str, int]]) -> None:
         for host, entry in crowded(hosts).items():
             if host not in self.warned:
                 self.warned.add(host)
-                log.warning(advice(host, entry["tasks"], entry["cores"], "ran"))
+                log.warning(advice(host, entry["tasks"], entry["cores"], "ran", self.fix))
 
 
-__all__ = ["CrowdingWarnings", "advice", "crowded", "hosts_of", "most_at_once", "runs_on_driver_host"]
+__all__ = ["LOCAL_WORKERS_FIX", "CrowdingWarnings", "advice", "crowded", "hosts_of", "most_at_once",
+           "runs_on_driver_host"]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from psrv.spark.driver.crowded_hosts import CrowdingWarnings
 from psrv.spark.driver.job_errors import worker_errors
 from psrv.spark.driver.shipping import check_shippable
 from psrv.spark.task.run_task import RunTask
@@ -50,6 +51,7 @@ def run(train_fn: Callable[..., Any], *args: Any, num_workers: int = 2, spark: A
     sc = _spark_context(spark)
     check_shippable((train_fn, args, kwargs), "psrv.spark.run: train_fn", sc)
     payload = dump_call(train_fn, args, kwargs)
+    CrowdingWarnings().before_job(str(sc.master), num_workers)  # all tasks at once: a barrier stage
     host = sc.getConf().get("spark.driver.host") or "127.0.0.1"
     hub = Rendezvous(num_workers, transport or TransportConfig(), host=host)
     task = RunTask(payload, hub.environment(0, job=job))

@@ -33,7 +33,7 @@ from psrv.spark.data.batching import check_batch_size, rebatch
 from psrv.spark.data.export import ExportCache, check_training_approach
 from psrv.spark.data.storage_level import DEFAULT_STORAGE_LEVEL, check_storage_level
 from psrv.spark.driver import shipping
-from psrv.spark.driver.crowded_hosts import CrowdingWarnings, hosts_of
+from psrv.spark.driver.crowded_hosts import LOCAL_WORKERS_FIX, CrowdingWarnings, hosts_of
 from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
@@ -140,7 +140,7 @@ class SharedTrainingMaster:
         self.loggers = check_loggers(loggers)  # metrics sinks (psrv.spark.observe.metrics), on the driver
         self.progress = check_progress(progress)  # live progress on stderr during fit (observe.progress)
         self.workers_per_node = check_workers_per_node(workers_per_node)  # trainers behind each member
-        self._crowding = CrowdingWarnings()  # more tasks on a host than cores: said once per host
+        self._crowding = CrowdingWarnings(LOCAL_WORKERS_FIX)  # more tasks on a host than cores: said once
         self.step_from = check_step_from(step_from)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None

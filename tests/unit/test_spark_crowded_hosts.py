@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from psrv.spark.driver.crowded_hosts import (
+    LOCAL_WORKERS_FIX,
     CrowdingWarnings,
     crowded,
     hosts_of,
@@ -59,7 +60,7 @@ def test_local_masters_run_on_the_driver_host(master: str, local: bool) -> None:
 
 def test_a_crowded_local_master_is_said_once_before_the_job(caplog: pytest.LogCaptureFixture) -> None:
     host, cores = host_and_cores()
-    warnings = CrowdingWarnings()
+    warnings = CrowdingWarnings(LOCAL_WORKERS_FIX)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         warnings.before_job("local-cluster[64,1,1024]", cores)  # one task per core: fine
         assert not caplog.records
@@ -82,3 +83,11 @@ def test_a_crowded_host_is_said_after_the_fit(caplog: pytest.LogCaptureFixture) 
         warnings.after_fit({"b": {"tasks": 3, "cores": 1}})
     assert [r.getMessage().split(",")[0] for r in caplog.records] == \
         ["gradient sharing ran 3 tasks on host b"]
+
+
+def test_without_local_workers_the_fix_is_one_task_per_core(caplog: pytest.LogCaptureFixture) -> None:
+    """psrv.spark.run has no local workers: its warning names only the task count to use."""
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        CrowdingWarnings().after_fit({"b": {"tasks": 3, "cores": 1}})
+    (record,) = caplog.records
+    assert record.getMessage().endswith("num_workers <= 1 per host")
