@@ -7,9 +7,11 @@ device and only the small int32 message crosses to the host; received messages a
 device parameters. On CPU tensors it gives the same bytes as the numba codec (tests check it), which is
 faster there.
 
-Host synchronizations per call: ``encode`` reads two scalars (any non-finite? how many hits?) and, for
-a sparse message, the size of the index list; ``decode`` reads the 4 header words of a device message
-(a host message is validated on the host by the numba validator and only its body is copied over).
+Host synchronizations per call: ``encode`` reads the number of hits (the size of their index list)
+and whether any hit is non-finite (inf and NaN are always hits, so that check looks at the hits alone;
+the whole vector is read by the magnitude test and the index list only); ``decode`` reads the 4 header
+words of a device message (a host message is validated on the host by the numba validator and only
+its body is copied over).
 torch is imported lazily by the callers of this module (``import psrv.encoding`` does not need it).
 """
 
@@ -71,17 +73,21 @@ def encode_counted(residual: torch.Tensor, threshold: float) -> tuple[torch.Tens
     with torch.no_grad():
         magnitude = residual.view(int_dtype) & abs_mask  # |x| as bits: ordered like |x| for every float
         hit = magnitude >= _bits_of(tau, residual.dtype)
-        bad = magnitude >= inf_bits
-        any_bad, count = torch.stack([bad.any().to(torch.int64), hit.sum(dtype=torch.int64)]).tolist()
-        if any_bad:
-            first = int(bad.to(torch.uint8).argmax())
-            raise NonFiniteResidualError(first, float(residual[first]))
+        where = torch.nonzero(hit).squeeze(1)  # ascending; its size is the one host synchronization
+        count = int(where.shape[0])
         if count == 0:
             return None, 0
-        where = torch.nonzero(hit).squeeze(1)  # ascending
-        negative = residual[where] < 0  # hits are never zero, so the sign bit is the sign
+        # inf and NaN are hits (their magnitude bits are above any finite tau's), so only the hits
+        # need the finiteness check: a pass over the few, not over all n
+        hit_bits = magnitude[where]
+        bad = hit_bits >= inf_bits
+        if bool(bad.any()):
+            first = int(where[bad.to(torch.uint8).argmax()])
+            raise NonFiniteResidualError(first, float(residual[first]))
+        values = residual[where]
+        negative = values < 0  # hits are never zero, so the sign bit is the sign
         signed_tau = torch.where(negative, -tau, tau).to(residual.dtype)
-        residual[where] = residual[where] - signed_tau  # x - (-tau) is exactly x + tau
+        residual[where] = values - signed_tau  # x - (-tau) is exactly x + tau
         words = update_header.bitmap_words(n)
         tau_bits = int(codec.float32_bits(tau32))
         on = residual.device
@@ -161,13 +167,17 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     return form, n, tau, int(values.sum(dtype=torch.int64))
 
 
-def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
+def decode(message: Any, target: torch.Tensor, scale: float = 1.0, device_copy: Any = None) -> None:
     """Add +-tau * scale into ``target`` (a torch tensor on any device) where the message says so.
 
     ``message`` may be a torch int32 (or uint8) tensor on any device, or what ``psrv.encoding.decode``
     takes (an int32 array, bytes): a host message is validated on the host, then only its body moves.
     The whole message is validated before ``target`` is touched; a malformed one raises
     MalformedMessageError (the same text as psrv.encoding.decode) and ``target`` is unchanged.
+
+    ``device_copy``: the same message already on ``target``'s device (a worker's own update, encoded
+    there and copied to the host to be sent): the host ``message`` is validated, with no device
+    synchronization, and the body is read from the copy, so nothing crosses to the device.
     """
     _check_vector(target, "target")
     scale = float(scale)
@@ -185,6 +195,12 @@ def decode(message: Any, target: torch.Tensor, scale: float = 1.0) -> None:
         raise MalformedMessageError(f"message is for N={n} elements but the target has {target.shape[0]}")
     if count == 0:
         return
+    if device_copy is not None and not isinstance(message, torch.Tensor):
+        if not isinstance(device_copy, torch.Tensor) or device_copy.dtype != torch.int32 \
+                or tuple(device_copy.shape) != (HEADER_WORDS + int(body.shape[0]),):
+            raise ValueError("device_copy must be the message itself as an int32 tensor of "
+                             f"{HEADER_WORDS + int(body.shape[0])} words")
+        body = device_copy[HEADER_WORDS:]
     if not isinstance(body, torch.Tensor):
         body = torch.from_numpy(np.array(body, copy=True))  # received buffers may be read-only
     body = body.to(target.device, non_blocking=True)

@@ -5,9 +5,10 @@
     of about 1e-3, beside a device-to-device copy of the same vector in the same run (ratio = codec
     bandwidth / copy bandwidth; target: encode >= 0.3x).
 (2) a ResNet-18-sized model (torchvision's resnet18 when installed, else an equivalent defined here) on
-    synthetic 32x32 images, batch 128: the training step alone, against step + residual + encode + copy
-    of the message to the host (reused pinned buffer) + decode of one peer's message; the overhead in
-    percent (target: <= 5 %).
+    synthetic 32x32 images, batch 128: the training step alone, against psrv's default GPU worker step
+    (the step taken from the replica plus the residual, residual + threshold + encode, copy of the
+    message to the host through the reused pinned buffer, its own message applied, one peer's host
+    message applied); the overhead in percent (target: <= 5 %) and each part timed on its own.
 (3) decoding a frame of K received (host) updates into the device parameters: one by one against
     psrv.encoding.device.decode_many (one transfer and one kernel for the frame).
 Medians of several runs; CUDA timings are synchronized. Without a GPU it prints "no GPU" and exits 0;
@@ -60,7 +61,7 @@ def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
 
     measure = timer(device)
     rows = ["| N (floats) | copy GB/s | encode ms | encode GB/s | encode / copy | decode ms | decode / copy "
-            "| message KB |", "|---|---|---|---|---|---|---|---|"]
+            "| decode of a host message ms | message KB |", "|---|---|---|---|---|---|---|---|---|"]
     for n in sizes:
         generator = torch.Generator(device=device).manual_seed(n)
         source = torch.randn(n, generator=generator, device=device)
@@ -77,10 +78,12 @@ def codec_table(device, sizes: list[int], repeats: int) -> list[str]:
         message = codec.encode(source.clone(), tau)
         target = torch.zeros_like(source)
         decode_s = measure(lambda message=message, target=target: codec.decode(message, target), repeats)
+        host_message = message.cpu().numpy()  # as the node's apply hook receives a peer's update
+        host_s = measure(lambda m=host_message, target=target: codec.decode(m, target), repeats)
         gbs = 4 * n / 1e9
         rows.append(f"| {n:,} | {gbs / copy_s:.1f} | {encode_s * 1e3:.3f} | {gbs / encode_s:.1f} | "
                     f"{copy_s / encode_s:.2f}x | {decode_s * 1e3:.3f} | {copy_s / decode_s:.2f}x | "
-                    f"{message.numel() * 4 / 1e3:.1f} |")
+                    f"{host_s * 1e3:.3f} | {message.numel() * 4 / 1e3:.1f} |")
     return rows
 
 
@@ -148,9 +151,32 @@ def resnet18_like(num_classes: int = 10):
     return nn.Sequential(*layers), "resnet18-like (defined in the script)"
 
 
-def step_table(device, batch: int, repeats: int) -> list[str]:
+def plain_step(device, batch: int):
+    """A plain torch training step of the same model (no psrv): the minibatch copied in from the host
+    (as psrv's step does), zero_grad, forward, backward, step."""
+    import torch
+
+    module = resnet18_like()[0].to(device)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.01, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 3, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+
+    def step() -> None:
+        features, labels = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(module(features), labels).backward()
+        optimizer.step()
+
+    return step
+
+
+def step_table(device, batch: int, repeats: int, warmup: int, profile: bool = False) -> list[str]:
+    """The training step alone against the step of psrv's default GPU worker, and where the difference
+    goes (each part timed on its own, synchronized, in a separate pass)."""
     import torch
     from psrv.encoding import device as codec  # lazy: needs torch; without it the script says "no GPU"
+    from psrv.nn.torch_flat import load_with
 
     module, name = resnet18_like()
     network = TorchNetwork(module, torch.nn.CrossEntropyLoss(), input_shape=(3, 32, 32),
@@ -161,31 +187,83 @@ def step_table(device, batch: int, repeats: int) -> list[str]:
     encoder = ResidualEncoder(network.num_params, threshold_algorithm=AdaptiveThreshold(1e-3), device=device)
     sharing = DeviceSharing(network, encoder)
     peer = torch.randn(network.num_params, device=device)
-    peer_message = codec.encode(peer, threshold_for(peer, 1e-3))
+    # a peer's update arrives as the node hands it to the apply hook: a host int32 array
+    peer_message = codec.encode(peer, threshold_for(peer, 1e-3)).cpu().numpy()
     measure = timer(device)
+    from_own_point = load_with(encoder.residual)  # step_from="own", the default: replica + residual
 
     def step_alone() -> None:
         update, _ = network.compute_update_tensor(x, y)
         network.apply_update(update)
 
     sizes: list[int] = []
+    parts: dict[str, list[float]] = {}
 
-    def step_and_share() -> None:
-        update, _ = network.compute_update_tensor(x, y)
+    def step_and_share(timed: bool = False) -> None:
+        marks = [time.perf_counter()]
+
+        def mark(part: str) -> None:
+            if timed:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                marks.append(time.perf_counter())
+                parts.setdefault(part, []).append(marks[-1] - marks[-2])
+
+        update, _ = network.compute_update_tensor(x, y, from_loaded=True, load=from_own_point)
+        mark("step from replica + residual")
         message = encoder.encode_update(update)
+        mark("residual += step, threshold, encode")
         if message is not None:
             host = sharing.to_host(message)  # what the node would send
             sizes.append(host.nbytes)
-            codec.decode(message, network.flat_params)
+            mark("message to the host")
+            codec.decode(host, network.flat_params, device_copy=message)  # as DeviceSharing.submit
+            mark("own message applied")
         codec.decode(peer_message, network.flat_params)  # one peer's update arriving
+        mark("one peer's message applied")
 
+    for _ in range(warmup):  # the adaptive threshold settles (the first messages are dense)
+        step_and_share()
+    sizes.clear()
+    plain = measure(plain_step(device, batch), repeats)
     alone = measure(step_alone, repeats)
     shared = measure(step_and_share, repeats)
+    for _ in range(repeats):
+        step_and_share(timed=True)
     overhead = (shared - alone) / alone * 100
     message_kb = statistics.median(sizes) / 1e3 if sizes else 0.0
-    return [f"model: {name}, {network.num_params:,} parameters, batch {batch}, 32x32", "",
-            "| step alone ms | step + share ms | overhead | message KB (median) |", "|---|---|---|---|",
-            f"| {alone * 1e3:.2f} | {shared * 1e3:.2f} | {overhead:+.1f} % | {message_kb:.1f} |"]
+    rows = [f"model: {name}, {network.num_params:,} parameters, batch {batch}, 32x32", "",
+            "| plain torch step ms | step alone ms | step + share ms | overhead (vs step alone) "
+            "| vs plain torch | message KB (median) |", "|---|---|---|---|---|---|",
+            f"| {plain * 1e3:.2f} | {alone * 1e3:.2f} | {shared * 1e3:.2f} | {overhead:+.1f} % "
+            f"| {(shared - plain) / plain * 100:+.1f} % | {message_kb:.1f} |", "",
+            "| part of the sharing step (synchronized, alone) | ms (median) |", "|---|---|"]
+    rows += [f"| {part} | {statistics.median(times) * 1e3:.3f} |" for part, times in parts.items()]
+    if profile:
+        rows += ["", *profile_rows(device, step_and_share, repeats)]
+    return rows
+
+
+def profile_rows(device, run: Callable[[], object], repeats: int) -> list[str]:
+    """torch.profiler over ``repeats`` runs: the operators by their own CPU time and by device time,
+    and how much of the wall time the device was busy (where the sharing step's time goes)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(repeats):
+            run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    averages = prof.key_averages()
+    rows = [f"profile of {repeats} sharing steps, by own CPU time:", "```",
+            averages.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=60), "```"]
+    if device.type == "cuda":
+        rows += ["by device time:", "```",
+                 averages.table(sort_by="self_device_time_total", row_limit=20, max_name_column_width=60),
+                 "```"]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--skip-model", action="store_true", help="only the codec table")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the sharing step with torch.profiler (operator tables)")
+    parser.add_argument("--warmup-steps", type=int, default=30,
+                        help="untimed sharing steps first, while the adaptive threshold settles")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -220,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(batch_decode_table(device, first, [1, 4, 16, 64], args.repeats)))
     if not args.skip_model:
         print()
-        print("\n".join(step_table(device, args.batch, max(3, args.repeats // 2))))
+        print("\n".join(step_table(device, args.batch, max(3, args.repeats // 2), args.warmup_steps,
+                                    args.profile)))
     return 0
 
 

@@ -68,8 +68,8 @@ class DeviceSharing:
         from psrv.encoding import device as codec  # lazy: imports torch, which a CPU task never needs
 
         host = self.to_host(message)
-        with node.lock:
-            codec.decode(message, self.network.flat_params)
+        with node.lock:  # validated on the host copy; the device copy is applied (no device sync)
+            codec.decode(host, self.network.flat_params, device_copy=message)
             node.submit(host, iteration=int(iteration), epoch=int(epoch))
         return int(host.nbytes)
 

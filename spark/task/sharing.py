@@ -21,7 +21,6 @@ from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.nn.torch_flat import load_with
 from psrv.spark import strategies
-from psrv.spark.observe.metrics import elements_sent
 from psrv.spark.observe.progress import LossAverage, report_progress
 from psrv.spark.observe.worker_logs import WorkerLogCapture
 from psrv.spark.payload import buffers_of
@@ -230,7 +229,7 @@ class SharingTask:
             self.capture.debug_stats(int(network.iteration), stats)
         events.add("fit", step_start, encode_start, loss=float(loss), examples=examples,
                    iteration=int(network.iteration))
-        elements = elements_sent(message) if message is not None and events.enabled else 0
+        elements = self.encoder.last_count if message is not None else 0  # what the encoder counted
         events.add("encode", encode_start, encode_end, iteration=int(network.iteration),
                    threshold=float(self.encoder.threshold_algorithm.threshold), bytes=sent,
                    elements=elements, sparsity=elements / max(1, network.num_params))

@@ -33,12 +33,15 @@ def full_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
         return float(torch.nn.functional.cross_entropy(model(x), y))
 
 
-def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32) -> float:
+def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_device: bool = False) -> float:
     pt.init()
     rank, size = pt.rank(), pt.size()
     x, y = make_data()
-    shard_x, shard_y = x[rank::size], y[rank::size]
     model = make_model()
+    if on_device:  # where the launcher placed this worker (a GPU each where CUDA exists), data too
+        model.to(pt.device())
+        x, y = x.to(pt.device()), y.to(pt.device())
+    shard_x, shard_y = x[rank::size], y[rank::size]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     optimizer = pt.DistributedOptimizer(optimizer, model)
@@ -47,7 +50,7 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32) -> fl
     for _ in range(steps):
         optimizer.zero_grad()
         for _ in range(accumulate):
-            idx = torch.randint(0, len(shard_x), (batch,), generator=generator)
+            idx = torch.randint(0, len(shard_x), (batch,), generator=generator).to(shard_x.device)
             loss = torch.nn.functional.cross_entropy(model(shard_x[idx]), shard_y[idx]) / accumulate
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -56,9 +59,9 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32) -> fl
     final = full_loss(model, x, y)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"first": first, "final": final, "messages": optimizer.messages,
-                   "steps": optimizer.iterations}, f)
+                   "steps": optimizer.iterations, "device": str(next(model.parameters()).device)}, f)
     if rank == 0:
-        torch.save(model.state_dict(), os.path.join(out, "rank0_state.pt"))
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(out, "rank0_state.pt"))
     return final
 
 
@@ -66,5 +69,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--on-device", action="store_true", help="train on psrv.torch.device()")
     args = parser.parse_args()
-    train(args.out, args.steps)
+    train(args.out, args.steps, on_device=args.on_device)

@@ -1,9 +1,10 @@
 """A worker process that runs the Spark task's own code (``SharingTrainer``) without Spark.
 
-Usage: ``python replica_worker.py IN.pkl OUT.pkl``. IN holds the WorkerSetup, the minibatches and a
-mode; OUT gets the task's WorkerResult and the float64 sum of every update the task submitted (what
-the master copy must hold from it: nothing lost, nothing twice). Mode "legacy" re-creates an old bug
-(a compute_update that snapshots params and writes them back) to show the check catches it.
+Usage: ``python replica_worker.py IN.pkl OUT.pkl``. IN holds the WorkerSetup, the minibatches, a mode
+and, optionally, ``device_sharing`` (share through the device path even on CPU tensors); OUT gets the
+task's WorkerResult and the float64 sum of every update the task submitted (what the master copy must
+hold from it: nothing lost, nothing twice). Mode "legacy" re-creates an old bug (a compute_update that
+snapshots params and writes them back) to show the check catches it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,14 @@ def main(source: str, target: str) -> None:
         if network_class is None:
             from psrv.nn import Network as network_class
         network_class.compute_update = _legacy_compute_update(network_class.compute_update)
-    results = list(SharingTrainer(_Broadcast(setup), None)(iter(batches)))
+    trainer_class = SharingTrainer
+    if job.get("device_sharing"):  # the device path (DeviceSharing) on whatever device the network is on
+
+        class trainer_class(SharingTrainer):  # noqa: N801 - a local stand-in for the class
+            def device_sharing(self, network) -> bool:
+                return True
+
+    results = list(trainer_class(_Broadcast(setup), None)(iter(batches)))
     with open(target, "wb") as fh:
         pickle.dump({"results": results, "sent": sent}, fh)
 

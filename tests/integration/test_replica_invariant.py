@@ -21,6 +21,17 @@ from worker_setups import digits_network, master_after, sharing_setup
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 WORKER = Path(__file__).with_name("replica_worker.py")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+CUDA = _has_cuda()
 WORKERS = 2
 
 
@@ -38,9 +49,11 @@ def _network(kind: str):
     return digits_network(kind, 128)
 
 
-def _train(kind: str, mode: str, tmp_path: Path,
-           step_from: str = "shared") -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
-    """(initial params, final master, worker results, per-worker sums of what each submitted)."""
+def _train(kind: str, mode: str, tmp_path: Path, step_from: str = "shared", device: str | None = None,
+           device_sharing: bool = False) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
+    """(initial params, final master, worker results, per-worker sums of what each submitted). With
+    ``device`` every worker process trains there (``PSRV_DEVICE``, as a Spark executor's environment sets
+    it) and records its events, the device included."""
     network = _network(kind)
     initial = np.array(network.params, dtype=np.float64, copy=True)
     config = TransportConfig(heartbeat_s=0.5, missed_beats=6, join_timeout_s=30, linger_s=0.5)
@@ -48,15 +61,20 @@ def _train(kind: str, mode: str, tmp_path: Path,
                             updater_state=np.array(network.updater_state, copy=True)).start()
     procs = []
     try:
-        setup = dataclasses.replace(sharing_setup(controller.address, config, network), step_from=step_from)
+        setup = dataclasses.replace(sharing_setup(controller.address, config, network), step_from=step_from,
+                                    collect_stats=device is not None)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        if device is not None:
+            env["PSRV_DEVICE"] = device
         for i, batches in enumerate(_digits_batches(seed=11)):
             source, target = tmp_path / f"in{i}.pkl", tmp_path / f"out{i}.pkl"
             with open(source, "wb") as fh:
-                pickle.dump({"setup": setup, "batches": batches * 3, "mode": mode}, fh)
+                pickle.dump({"setup": setup, "batches": batches * 3, "mode": mode,
+                             "device_sharing": device_sharing}, fh)
             log = open(tmp_path / f"worker{i}.log", "w")  # noqa: SIM115 - the child inherits it
             procs.append((subprocess.Popen([sys.executable, str(WORKER), str(source), str(target)],
                                            stdout=log, stderr=subprocess.STDOUT,
-                                           env=dict(os.environ, OMP_NUM_THREADS="1")), target, i))
+                                           env=env), target, i))
             log.close()
         results, sent = [], []
         for proc, target, i in procs:
@@ -102,3 +120,49 @@ def test_the_check_catches_a_network_that_writes_params_during_its_step(tmp_path
     assert _relative_l2(master, initial + sum(sent)) <= 1e-6  # the master copy is still right
     statuses = [r.replica["status"] for r in results]
     assert "differs" in statuses, [r.replica for r in results]
+
+
+def _accuracy(network, params: np.ndarray) -> float:
+    """The accuracy of ``params`` on every digit row (the rows both ways trained on)."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    network.set_params(np.asarray(params, dtype=np.float32))
+    predicted = np.asarray(network.output((data.data / 16.0).astype(np.float32))).argmax(axis=1)
+    return float((predicted == data.target).mean())
+
+
+def _one_process_accuracy() -> float:
+    """The reference: one process, the same network and optimizer, every worker's minibatches in turn."""
+    network = _network("torch")
+    shards = _digits_batches(seed=11)
+    order = [b for pair in zip(*shards, strict=False) for b in pair] + shards[0][len(shards[1]):]
+    for _ in range(3):
+        for batch in order:
+            update, _ = network.compute_update(batch.features, batch.labels)
+            network.apply_update(update)
+    return _accuracy(network, network.params)
+
+
+NEEDS_CUDA = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False here)")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=[pytest.mark.gpu, NEEDS_CUDA])])
+def test_two_workers_on_one_device_keep_the_invariant_and_learn_as_one_process(device: str,
+                                                                                tmp_path: Path) -> None:
+    """The Spark task's own loop in two processes on one device, through the device path (DeviceSharing:
+    the residual, the encoding and the replica's decodes on the device; on CPU tensors in CI, on the one
+    GPU both workers share where the device is CUDA), statistics collected: every replica equals the
+    master, the master holds every update once, and it is as accurate as one process on the same rows."""
+    initial, master, results, sent = _train("torch", "fixed", tmp_path, step_from="own", device=device,
+                                            device_sharing=True)
+    assert {e["device"] for r in results for e in r.events if e["kind"] == "setup"} == {device}
+    encoded = [e for r in results for e in r.events if e["kind"] == "encode" and e["bytes"] > 0]
+    assert len(encoded) == sum(r.messages for r in results)
+    assert all(e["elements"] > 0 for e in encoded)  # counted by the encoder, on the host
+    assert {r.step_from for r in results} == {"own"}
+    assert _relative_l2(master, initial + sum(sent)) <= 1e-6
+    for r in results:
+        assert r.replica is not None and r.replica["status"] == "equal", r.replica
+    shared, alone = _accuracy(_network("torch"), master), _one_process_accuracy()
+    assert shared >= alone - 0.02, (shared, alone)

@@ -39,6 +39,27 @@ def test_psrv_run_trains_a_users_own_loop(tmp_path: Path) -> None:
     check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], np.load(master_file))
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs CUDA (torch.cuda.is_available() is False here)")
+def test_psrv_run_trains_a_users_own_loop_on_the_gpu(tmp_path: Path) -> None:
+    """The same script with its model and data on ``psrv.torch.device()``: the launcher gives each worker a
+    GPU (round robin, so two workers share one GPU on a one-GPU host) and the optimizer shares from there
+    (residual and encoding on the device, only the message on the host)."""
+    master_file = tmp_path / "master.npy"
+    done = subprocess.run(
+        [sys.executable, "-m", "psrv.server.cli", "run", "-n", "2", "--save-master", str(master_file),
+         str(SCRIPT), "--out", str(tmp_path), "--steps", "80", "--on-device"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    devices = {json.loads((tmp_path / f"rank{r}.json").read_text())["device"] for r in range(2)}
+    assert devices <= {f"cuda:{i}" for i in range(torch.cuda.device_count())} and devices, devices
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], np.load(master_file))
+
+
 def _raises_on_rank_1(message: str) -> str:
     import psrv.torch as pt
     import torch

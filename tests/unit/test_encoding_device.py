@@ -194,6 +194,8 @@ def test_cuda_output_equals_cpu_output(dtype, density) -> None:
     dev.decode(cuda_message, cuda_target)
     dev.decode(cpu_message.numpy(), cuda_target)  # a host message into a device target
     dev.decode(cpu_message, cpu_target)
+    dev.decode(cpu_message.numpy(), cuda_target, device_copy=cuda_message)  # a worker's own message
+    dev.decode(cpu_message, cpu_target)
     assert torch.equal(cuda_target.cpu(), cpu_target)
 
 
@@ -262,6 +264,29 @@ def test_decode_many_equals_decoding_one_by_one(n, specs, dtype, scale, data) ->
     errors = dev.decode_many(messages, target, scale)
     assert [None if e is None else str(e) for e in errors] == expected_errors
     np.testing.assert_array_equal(uint_view(target.numpy()), uint_view(expected))
+
+
+@pytest.mark.parametrize("density", [1e-3, 0.5])
+def test_decode_of_a_host_message_with_its_device_copy_equals_decoding_either(density) -> None:
+    """A worker's own message: validated on its host copy, applied from its device copy; the same
+    result as decoding either alone, and a host copy that is not that message changes nothing."""
+    rng = np.random.default_rng(5)
+    n = 3_001
+    x = torch.from_numpy(np.where(rng.random(n) < density, 2.0, 0.01) * rng.choice([-1, 1], n)).float()
+    message = dev.encode(x, 1.0)
+    host = message.numpy().copy()
+    start = torch.from_numpy(rng.normal(size=n).astype(np.float32))
+    expected, target = start.clone(), start.clone()
+    dev.decode(message, expected)
+    dev.decode(host, target, device_copy=message)
+    assert torch.equal(target, expected)
+    with pytest.raises(ValueError, match="device_copy"):
+        dev.decode(host, target, device_copy=message[:-1])
+    bad = host.copy()
+    bad[1] = n + 1  # the host copy says another N: rejected before anything is applied
+    with pytest.raises(MalformedMessageError):
+        dev.decode(bad, target, device_copy=message)
+    assert torch.equal(target, expected)
 
 
 def test_decode_many_takes_device_messages_and_rejects_another_n() -> None:
