@@ -50,7 +50,8 @@ def _network(kind: str):
 
 
 def _train(kind: str, mode: str, tmp_path: Path, step_from: str = "shared", device: str | None = None,
-           device_sharing: bool = False) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
+           device_sharing: bool = False,
+           workers_per_node: int = 1) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
     """(initial params, final master, worker results, per-worker sums of what each submitted). With
     ``device`` every worker process trains there (``PSRV_DEVICE``, as a Spark executor's environment sets
     it) and records its events, the device included."""
@@ -62,7 +63,7 @@ def _train(kind: str, mode: str, tmp_path: Path, step_from: str = "shared", devi
     procs = []
     try:
         setup = dataclasses.replace(sharing_setup(controller.address, config, network), step_from=step_from,
-                                    collect_stats=device is not None)
+                                    collect_stats=device is not None, workers_per_node=workers_per_node)
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if device is not None:
             env["PSRV_DEVICE"] = device
@@ -148,15 +149,18 @@ NEEDS_CUDA = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_avai
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=[pytest.mark.gpu, NEEDS_CUDA])])
-def test_two_workers_on_one_device_keep_the_invariant_and_learn_as_one_process(device: str,
-                                                                                tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers_per_node", [1, 2])
+def test_two_workers_on_one_device_keep_the_invariant_and_learn_as_one_process(
+        device: str, workers_per_node: int, tmp_path: Path) -> None:
     """The Spark task's own loop in two processes on one device, through the device path (DeviceSharing:
     the residual, the encoding and the replica's decodes on the device; on CPU tensors in CI, on the one
-    GPU both workers share where the device is CUDA), statistics collected: every replica equals the
-    master, the master holds every update once, and it is as accurate as one process on the same rows."""
+    GPU both workers share where the device is CUDA), statistics collected, with one trainer per task or
+    two (``workers_per_node``: threads on the one device): every replica equals the master, the master
+    holds every update once, and it is as accurate as one process on the same rows."""
     initial, master, results, sent = _train("torch", "fixed", tmp_path, step_from="own", device=device,
-                                            device_sharing=True)
+                                            device_sharing=True, workers_per_node=workers_per_node)
     assert {e["device"] for r in results for e in r.events if e["kind"] == "setup"} == {device}
+    assert {r.local_workers for r in results} == {workers_per_node}
     encoded = [e for r in results for e in r.events if e["kind"] == "encode" and e["bytes"] > 0]
     assert len(encoded) == sum(r.messages for r in results)
     assert all(e["elements"] > 0 for e in encoded)  # counted by the encoder, on the host
