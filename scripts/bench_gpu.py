@@ -245,8 +245,8 @@ def step_table(device, batch: int, repeats: int, warmup: int, profile: bool = Fa
 
 
 def profile_rows(device, run: Callable[[], object], repeats: int) -> list[str]:
-    """torch.profiler over ``repeats`` runs: the operators by their own CPU time and by device time,
-    and how much of the wall time the device was busy (where the sharing step's time goes)."""
+    """torch.profiler over ``repeats`` runs: the operators by their own CPU time and by device time
+    (the tables' totals say how much host time the device time came with)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 

@@ -25,18 +25,23 @@ import psrv.torch as pt  # noqa: E402
 from own_loop_checks import SCRIPT, check_own_loop_run  # noqa: E402
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_psrv_run_trains_a_users_own_loop(tmp_path: Path) -> None:
+def _psrv_run_own_loop(tmp_path: Path, *script_args: str) -> tuple[dict, np.ndarray]:
+    """``psrv run -n 2`` of the user's script, as a user runs it: (the launcher's summary, the master)."""
     master_file = tmp_path / "master.npy"
     done = subprocess.run(
         [sys.executable, "-m", "psrv.server.cli", "run", "-n", "2", "--save-master", str(master_file),
-         str(SCRIPT), "--out", str(tmp_path), "--steps", "80"],
+         str(SCRIPT), "--out", str(tmp_path), "--steps", "80", *script_args],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1]), np.load(master_file)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_psrv_run_trains_a_users_own_loop(tmp_path: Path) -> None:
+    summary, master = _psrv_run_own_loop(tmp_path)
     assert len(summary["workers"]) == 2
-    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], np.load(master_file))
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], master)
 
 
 @pytest.mark.gpu
@@ -48,16 +53,10 @@ def test_psrv_run_trains_a_users_own_loop_on_the_gpu(tmp_path: Path) -> None:
     """The same script with its model and data on ``psrv.torch.device()``: the launcher gives each worker a
     GPU (round robin, so two workers share one GPU on a one-GPU host) and the optimizer shares from there
     (residual and encoding on the device, only the message on the host)."""
-    master_file = tmp_path / "master.npy"
-    done = subprocess.run(
-        [sys.executable, "-m", "psrv.server.cli", "run", "-n", "2", "--save-master", str(master_file),
-         str(SCRIPT), "--out", str(tmp_path), "--steps", "80", "--on-device"],
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary, master = _psrv_run_own_loop(tmp_path, "--on-device")
     devices = {json.loads((tmp_path / f"rank{r}.json").read_text())["device"] for r in range(2)}
     assert devices <= {f"cuda:{i}" for i in range(torch.cuda.device_count())} and devices, devices
-    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], np.load(master_file))
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], master)
 
 
 def _raises_on_rank_1(message: str) -> str:
