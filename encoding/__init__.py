@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from psrv.encoding._kernels import load_all as preload_kernels
     from psrv.encoding.codec import (
         MessageInfo,
+        compact,
         decode,
         decode_validated,
         encode,
@@ -51,8 +52,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str]] = {
     "preload_kernels": ("psrv.encoding._kernels", "load_all"),
     **{name: ("psrv.encoding.codec", name) for name in (
-        "MessageInfo", "decode", "decode_validated", "encode", "encode_counted", "float32_threshold",
-        "message_info", "sparse_message",
+        "MessageInfo", "compact", "decode", "decode_validated", "encode", "encode_counted",
+        "float32_threshold", "message_info", "sparse_message",
     )},
     **{name: ("psrv.encoding.postprocess", name) for name in (
         "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",
@@ -102,6 +103,7 @@ __all__ = [
     "SampledQuantileThreshold",
     "TargetSparsityThreshold",
     "ThresholdAlgorithm",
+    "compact",
     "decode",
     "decode_validated",
     "dl4j_threshold",

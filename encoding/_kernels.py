@@ -39,6 +39,8 @@ BAD_INDEX_RANGE = 2
 BAD_INDEX_ORDER = 3
 BAD_SIGN_WITHOUT_VALUE = 4
 BAD_PADDING = 5
+BAD_TRUNCATED = 6  # packed: the body ends before its count of elements (or a varint runs past 5 bytes)
+BAD_TRAILING = 7  # packed: bytes after the last element that are not the zero padding of its last word
 
 KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False,
                   "error_model": "numpy"}
@@ -90,6 +92,8 @@ _i4r = types.Array(types.int32, 1, "C", readonly=True)  # messages may be read-o
 _u4r = types.Array(types.uint32, 1, "C", readonly=True)
 _u4a = types.Array(types.uint32, 1, "C")
 _u8a = types.Array(types.uint64, 1, "C")
+_u1r = types.Array(types.uint8, 1, "C", readonly=True)
+_u1a = types.Array(types.uint8, 1, "C")
 _i8 = types.int64
 _pair = types.UniTuple(types.int64, 2)
 _triple = types.Tuple((types.int64, types.int64, types.boolean))
@@ -478,6 +482,107 @@ def apply_bitmap(words, target, delta):
                     target[base + k] += delta
 
 
+# ------------------------------------------------------------------ the packed form
+# Each element of a sparse message becomes one LEB128 varint of (gap << 1) | negative, the gap being
+# its 1-based index minus the previous element's (the first: minus 0), so a gap is >= 1 and a varint
+# takes 1 byte for gaps below 64, 2 below 8192, at most 5.
+
+
+@_kernel([_i8(_i4r)])
+def packed_size(message):
+    """Bytes the packed body of a validated sparse message takes (its indices, not its header)."""
+    total = 0
+    previous = 0
+    for p in range(HEADER_WORDS, message.shape[0]):
+        i = np.int64(message[p])
+        a = -i if i < 0 else i
+        v = (a - previous) >> 6
+        previous = a
+        total += 1
+        while v:
+            total += 1
+            v >>= 7
+    return total
+
+
+@_kernel([types.void(_i4r, _u1a)])
+def pack_sparse(message, out):
+    """Write the packed body of a validated sparse message into out (packed_size bytes, zero after)."""
+    pos = 0
+    previous = 0
+    for p in range(HEADER_WORDS, message.shape[0]):
+        i = np.int64(message[p])
+        a = -i if i < 0 else i
+        v = ((a - previous) << 1) | (1 if i < 0 else 0)
+        previous = a
+        while v >= 0x80:
+            out[pos] = np.uint8((v & 0x7F) | 0x80)
+            pos += 1
+            v >>= 7
+        out[pos] = np.uint8(v)
+        pos += 1
+
+
+@_kernel([_pair(_u1r, _i8, _i8, _i4a)])
+def unpack_packed(body, count, n, out):
+    """Check a packed body of ``count`` elements for a vector of n and write its signed 1-based
+    indices into out[:count] (an empty out: only check). Returns (code, element) with the element where
+    a problem was found."""
+    write = out.shape[0] > 0
+    pos = 0
+    size = body.shape[0]
+    previous = 0
+    for e in range(count):
+        v = 0
+        shift = 0
+        while True:
+            if pos >= size or shift > 28:
+                return BAD_TRUNCATED, e
+            b = np.int64(body[pos])
+            pos += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        gap = v >> 1
+        if gap == 0:
+            return (BAD_ZERO_INDEX if e == 0 else BAD_INDEX_ORDER), e
+        a = previous + gap
+        if a > n:
+            return BAD_INDEX_RANGE, e
+        previous = a
+        if write:
+            out[e] = -a if v & 1 else a
+    if size - pos > 3:
+        return BAD_TRAILING, count
+    for q in range(pos, size):
+        if body[q] != 0:
+            return BAD_TRAILING, count
+    return OK, -1
+
+
+@_kernel([types.void(_u1r, _i8, _f4a, types.float32), types.void(_u1r, _i8, _f8a, types.float64)])
+def apply_packed(body, count, target, delta):
+    """Add +-delta at the elements of a validated packed body of ``count`` elements."""
+    pos = 0
+    previous = 0
+    for _ in range(count):
+        v = 0
+        shift = 0
+        while True:
+            b = np.int64(body[pos])
+            pos += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        previous += v >> 1
+        if v & 1:
+            target[previous - 1] -= delta
+        else:
+            target[previous - 1] += delta
+
+
 def load_all() -> None:
     """Build every kernel now (e.g. to fill the on-disk cache before workers start)."""
     for kernel in ALL_KERNELS:
@@ -486,7 +591,8 @@ def load_all() -> None:
 
 ALL_KERNELS = (encode_range, add_difference_encode_range, encode_gap_range, clip_gap, add_difference_range,
                copy_to_both, add_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse,
-               restore_bitmap, validate_sparse, validate_bitmap, apply_sparse, apply_bitmap)
+               restore_bitmap, validate_sparse, validate_bitmap, apply_sparse, apply_bitmap, packed_size,
+               pack_sparse, unpack_packed, apply_packed)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

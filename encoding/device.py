@@ -132,8 +132,9 @@ def _message_tensor(message: torch.Tensor) -> torch.Tensor:
     return message
 
 
-def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
-    """Fully validate a torch message; return (form, n, tau, count). Reads the header on the host."""
+def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int, torch.Tensor]:
+    """Fully validate a torch message; return (form, n, tau, count, body). Reads the header on the host.
+    A packed message (the form between hosts) is unpacked on the host: its body is then the sparse one."""
     message = _message_tensor(message)
     length = int(message.shape[0])
     update_header.check_too_short(length)
@@ -141,9 +142,12 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     first, n, _, form = header
     tau = update_header.check_header(header, length)
     body = message[HEADER_WORDS:]
+    if form == update_header.PACKED:
+        array, info = codec.parse_message(message.cpu().numpy())
+        return SPARSE, n, tau, info.count, torch.from_numpy(array[HEADER_WORDS:])
     if form == SPARSE:
         if first == 0:
-            return form, n, tau, 0
+            return form, n, tau, 0, body
         body = body.to(torch.int64)  # |int32 min| needs 64 bits
         magnitude = body.abs()
         previous = torch.cat([magnitude.new_zeros(1), magnitude[:-1]])
@@ -154,7 +158,7 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
             code = (k.BAD_ZERO_INDEX if bool(zero[p]) else k.BAD_INDEX_RANGE if bool(out_of_range[p])
                     else k.BAD_INDEX_ORDER)
             raise MalformedMessageError(codec.sparse_problem(code, p + HEADER_WORDS, int(body[p]), n))
-        return form, n, tau, first
+        return form, n, tau, first, message[HEADER_WORDS:]
     bits = _bits_set(body)
     values, signs = bits[:, :_WORD], bits[:, _WORD:]
     sign_alone = (signs & (1 - values)).any(dim=1)
@@ -164,7 +168,7 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int]:
     tail = n % _WORD
     if tail and body.shape[0] > 0 and bool(values[-1, tail:].any()):
         raise MalformedMessageError(codec.bitmap_problem(k.BAD_PADDING, int(body.shape[0]) - 1, n))
-    return form, n, tau, int(values.sum(dtype=torch.int64))
+    return form, n, tau, int(values.sum(dtype=torch.int64)), body
 
 
 def decode(message: Any, target: torch.Tensor, scale: float = 1.0, device_copy: Any = None) -> None:
@@ -184,11 +188,10 @@ def decode(message: Any, target: torch.Tensor, scale: float = 1.0, device_copy: 
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale!r}")
     if isinstance(message, torch.Tensor):
-        form, n, tau, count = _validate_device(message)
-        body = _message_tensor(message)[HEADER_WORDS:]
+        form, n, tau, count, body = _validate_device(message)
     else:
-        array, info = codec.parse_message(message)
-        form, n, tau, count = SPARSE if info.form == "sparse" else update_header.BITMAP, info.n, info.tau, \
+        array, info = codec.parse_message(message)  # a packed message comes back as its sparse form
+        form, n, tau, count = update_header.BITMAP if info.form == "bitmap" else SPARSE, info.n, info.tau, \
             info.count
         body = array[HEADER_WORDS:]
     if n != target.shape[0]:
@@ -257,7 +260,7 @@ def decode_many(messages: list[Any], target: torch.Tensor, scale: float = 1.0) -
         results.append(None)
         if info.count == 0:
             continue
-        if info.form != "sparse":  # bitmaps are dense work anyway: decoded alone, in order
+        if info.form == "bitmap":  # bitmaps are dense work anyway: decoded alone, in order
             _flush_sparse(bodies, taus, lengths, target, scale)
             decode(array, target, scale)
             continue

@@ -7,7 +7,7 @@ An update travels as six header fields plus one payload (an int32 message of ``p
 * ``seq`` (int, 1 .. 2**63 - 1): its sequence number at that origin;
 * ``iteration``, ``epoch`` (int, -(2**63 - 1) .. 2**63 - 1): the producer's step, as it says;
 * ``tau`` (int or float, positive and finite): the payload's threshold, as a Python number;
-* ``encoding`` (str): the payload's form, ``"sparse"`` or ``"bitmap"``.
+* ``encoding`` (str): the payload's form, ``"sparse"``, ``"bitmap"`` or ``"packed"``.
 
 UPDATE carries them as header fields by name, each row of UPDATES as a list in ``FIELD_NAMES``
 order. The payload's own 4-word header (count or N, N, float32 bits of tau, form) is checked in O(1)
@@ -27,12 +27,17 @@ import numpy as np
 from psrv.encoding.errors import MalformedMessageError
 
 #: the payload: ``[count, N, float32-bits(tau), SPARSE]`` + count indices, or
-#: ``[N, N, float32-bits(tau), BITMAP]`` + ``bitmap_words(N)`` words of WORD_ELEMENTS elements each
+#: ``[N, N, float32-bits(tau), BITMAP]`` + ``bitmap_words(N)`` words of WORD_ELEMENTS elements each, or
+#: ``[count, N, float32-bits(tau), PACKED]`` + the count elements as varints of their index gaps and signs
+#: (1 to 5 bytes each, zero-padded to a whole word: see ``psrv.encoding.codec``)
 HEADER_WORDS = 4
 WORD_ELEMENTS = 16
 SPARSE = 0
 BITMAP = 1
-FORM_NAMES = {SPARSE: "sparse", BITMAP: "bitmap"}
+PACKED = 2
+FORM_NAMES = {SPARSE: "sparse", BITMAP: "bitmap", PACKED: "packed"}
+#: most bytes one packed element takes (a varint of up to 32 bits)
+PACKED_MAX_ELEMENT_BYTES = 5
 INT64_MAX = 2**63 - 1
 _NEG64 = -INT64_MAX
 _INF = math.inf
@@ -194,8 +199,17 @@ def check_header(header: list[int], length: int) -> float:
         if length != HEADER_WORDS + words:
             raise MalformedMessageError(f"bitmap message has {length - HEADER_WORDS} words; N={n} "
                                         f"needs {words}")
+    elif form == PACKED:
+        body = 4 * (length - HEADER_WORDS)
+        if not 0 <= first <= n:
+            raise MalformedMessageError(f"packed header count must be in [0, N={n}], got {first}")
+        if not first <= body <= PACKED_MAX_ELEMENT_BYTES * first + 3:
+            raise MalformedMessageError(
+                f"packed message has {body} body bytes; {first} elements take {first} to "
+                f"{PACKED_MAX_ELEMENT_BYTES * first} (plus < 4 of padding)")
     else:
-        raise MalformedMessageError(f"unknown message form {form} (expected 0 = sparse or 1 = bitmap)")
+        raise MalformedMessageError(
+            f"unknown message form {form} (expected 0 = sparse, 1 = bitmap or 2 = packed)")
     return tau
 
 
@@ -203,8 +217,8 @@ def check_header(header: list[int], length: int) -> float:
 class PayloadHeader:
     """What the 4-word header of a payload says, checked against the body's length and a model.
 
-    ``count`` is the number of elements carrying +-tau for the sparse form; for the bitmap form it
-    would take a scan of the body, so it is None."""
+    ``count`` is the number of elements carrying +-tau for the sparse and packed forms; for the bitmap
+    form it would take a scan of the body, so it is None."""
 
     form: str
     n: int
@@ -223,7 +237,7 @@ def payload_header(payload: np.ndarray, size: int, max_tau: float = _INF) -> Pay
         raise MalformedMessageError(f"threshold {tau:g} > max_tau {max_tau:g} (TransportConfig.max_tau)")
     if n != size:
         raise MalformedMessageError(f"update is for {n} parameters, this model has {size}")
-    return PayloadHeader(FORM_NAMES[form], n, tau, first if form == SPARSE else None)
+    return PayloadHeader(FORM_NAMES[form], n, tau, None if form == BITMAP else first)
 
 
 def as_payload(payload: object) -> np.ndarray:
@@ -253,6 +267,8 @@ __all__ = [
     "FORM_NAMES",
     "HEADER_WORDS",
     "INT64_MAX",
+    "PACKED",
+    "PACKED_MAX_ELEMENT_BYTES",
     "SPARSE",
     "WORD_ELEMENTS",
     "MalformedHeaderError",

@@ -6,6 +6,8 @@ Every figure is the median of several runs, printed beside baselines measured in
   plain memory copy of the same vector (np.copyto) and to the NumPy reference of the same rules;
 - decode time against the number of elements a sparse message carries (it should follow the count,
   not N);
+- the packed form updates travel in (``compact``): its bytes against the encoder's sparse or bitmap
+  message, the time to pack against the time to encode, and its decode time against the unpacked one's;
 - the first encode + decode in a fresh Python process whose numba cache is already warm.
 The tables are Markdown, ready for README.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
-from psrv.encoding import decode, encode, message_info
+from psrv.encoding import compact, decode, encode, message_info
 from psrv.encoding._numba_cache import apply_cache_dir_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +127,44 @@ def decode_vs_count_table(n: int, counts: list[int], repeats: int) -> list[str]:
     return lines
 
 
+def packed_row(base: np.ndarray, sparsity: float, repeats: int) -> str:
+    """One row: the encoder's message of ``base`` at ``sparsity`` against its packed form."""
+    work = np.empty_like(base)
+
+    def reset() -> None:
+        np.copyto(work, base)
+
+    tau = threshold_for(base, sparsity)
+    encode_s = median_seconds(lambda: encode(work, tau), repeats, reset)
+    reset()
+    message = encode(work, tau)
+    packed = compact(message)
+    compact_s = median_seconds(lambda: compact(message), repeats)
+    target = np.zeros_like(base)
+    decode_s = median_seconds(lambda: decode(message, target), repeats)
+    packed_s = median_seconds(lambda: decode(packed, target), repeats)
+    info, small = message_info(message), message_info(packed)
+    return (f"| {base.size:,} | {sparsity:g} | {info.form} | {message.nbytes:,} | {small.form} | "
+            f"{packed.nbytes:,} | {message.nbytes / packed.nbytes:.2f} | {packed.nbytes / info.count:.2f} | "
+            f"{compact_s * 1e6:.0f} | {compact_s / encode_s:.2f} | {decode_s * 1e6:.0f} | "
+            f"{packed_s * 1e6:.0f} | {packed_s / decode_s:.2f} |")
+
+
+def packed_table(sizes: list[int], sparsities: list[float], repeats: int) -> list[str]:
+    rng = np.random.default_rng(43)
+    header = ("| N | sparsity | encoder's form | bytes | wire form | bytes | smaller by | "
+              "bytes per element | compact µs | compact / encode | decode µs | decode packed µs | "
+              "packed / unpacked |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    print("\n".join(lines), flush=True)
+    for n in sizes:
+        base = rng.standard_normal(n).astype(np.float32)
+        for sparsity in sparsities:
+            lines.append(packed_row(base, sparsity, repeats))
+            print(lines[-1], flush=True)
+    return lines
+
+
 FIRST_CALL_PROBE = """
 import json, time
 start = time.perf_counter()
@@ -194,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Throughput (float32, GB/s of the input vector; ratios > 1 mean faster than the baseline)\n")
     ref = load_reference()
     throughput_table(sizes, args.sparsities, repeats, args.threads, ref)
+    print("\n## The packed form updates travel in (compact), against the encoder's message\n")
+    packed_table(sizes, sorted({*args.sparsities, 0.03, 0.1}), repeats)
     print(f"\n## Decode time against the count of a sparse message (N = {counts_n:,})\n")
     decode_vs_count_table(counts_n, counts, repeats)
     print("\n## First call in a fresh process with a warm numba cache (median of "

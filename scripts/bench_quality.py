@@ -5,8 +5,9 @@ scripts/quality/, psrv's real encoder, codec and TorchNetwork for sharing) and t
 optimizer, worker count and method: the test accuracy at equal epochs (median over the seeds), its
 difference to one process, the steps per worker to reach ``--target`` x one process's final accuracy
 (per seed: each seed makes its own data; read linearly between the evaluations), those steps against
-synchronous averaging's (the median of the per-seed ratios), the bytes sent (total; the first 100
-steps and the steady state per worker and step) and the bitmap messages after the third step. Torch
+synchronous averaging's (the median of the per-seed ratios), the bytes sent (total, in the packed form
+updates travel in, and as the encoder's sparse or bitmap messages would take; the first 100 steps and
+the steady state per worker and step) and the bitmap messages the encoder made after the third step. Torch
 runs on one CPU thread per job.
 
 The defaults (Adam, 3 seeds, 2, 4 and 8 workers, five methods: 156 runs) are meant for a few minutes
@@ -36,7 +37,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact", "flushend", "flush16", "flush8",
-           "mask", "latency", "warmrun", "default", "quantown")
+           "mask", "latency", "warmrun", "default", "quantown", "quant3")
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
 LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param averaging /5",
@@ -47,7 +48,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param av
           "latency": "sharing, quantile τ, sparsity 1/rounds",
           "warmrun": "sharing, quantile τ + warm-up over the run",
           "default": "sharing, default (DL4J τ, steps from own point)",
-          "quantown": "sharing, quantile τ, steps from own point"}
+          "quantown": "sharing, quantile τ, steps from own point",
+          "quant3": "sharing, quantile τ at 3 %, steps from own point"}
 
 
 def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
@@ -87,12 +89,15 @@ def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
                   "mask": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                           masking=True),
                   "default": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=True),
+                  "quant3": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
+                                            lambda: ResidualClipping(5, 5), own_point=True),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True)}[method]
         config.delay, config.jitter = delay, jitter
         result = harness.sharing(task, setting, config, LABELS[method])
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,
-            "bytes": result.bytes_total, "dense": result.dense_per_step, "first100": result.bytes_first100,
+            "bytes": result.bytes_total, "unpacked": result.bytes_unpacked or result.bytes_total,
+            "dense": result.dense_per_step, "first100": result.bytes_first100,
             "steady": result.steady_per_step, "bitmaps": result.bitmaps_after3,
             "gap": result.replica_gap, "seconds": time.perf_counter() - started}
 
@@ -180,8 +185,8 @@ def table(results: list[dict[str, Any]], target: float) -> list[str]:
     results = _keyed(results)
     keys = list(dict.fromkeys(r["job"][:2] for r in results))
     lines = ["| task | optimizer | workers | method | accuracy | vs one process | vs sync | "
-             "steps to target | steps vs sync | bytes total | bytes / dense | "
-             "first 100 steps / steady, per step | bitmaps after step 3 |", "|---" * 13 + "|"]
+             "steps to target | steps vs sync | bytes total | bytes / dense | unpacked / dense | "
+             "first 100 steps / steady, per step | bitmaps after step 3 |", "|---" * 14 + "|"]
     for name, optimizer in keys:
         mine = [r for r in results if r["job"][:2] == (name, optimizer)]
         one = [r for r in mine if r["job"][4] == "one"]
@@ -204,11 +209,14 @@ def table(results: list[dict[str, Any]], target: float) -> list[str]:
             total = _median([r["bytes"] for r in group])
             dense = group[0]["dense"] * group[0]["steps"] * workers
             ratio = f"{total / dense:.4f}" if total else "-"
+            unpacked = _median([r.get("unpacked", r["bytes"]) for r in group])  # older saved runs: none
+            unpacked_ratio = f"{unpacked / dense:.4f}" if unpacked else "-"
             first = _median([r["first100"] / max(1, min(100, r["steps"])) / r["steady"]
                              for r in group]) if total else None
             lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {acc:.3f} | {vs} | "
                          f"{vs_sync} | {steps} | {vs_steps} | "
-                         f"{total / 1e6:.2f} MB | {ratio} | {'-' if first is None else f'{first:.2f}'} | "
+                         f"{total / 1e6:.2f} MB | {ratio} | {unpacked_ratio} | "
+                         f"{'-' if first is None else f'{first:.2f}'} | "
                          f"{int(_median([r['bitmaps'] for r in group]))} |")
     return lines
 

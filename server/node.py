@@ -248,6 +248,9 @@ class Node:
     ) -> int:
         """Send one encoded update (int32 message) to every other replica; returns its sequence number.
 
+        It travels in its smallest wire form (``psrv.encoding.compact``: packed, as a rule); compact it
+        before submitting to know the bytes it takes.
+
         The caller must already have applied it to ``params`` (hold ``node.lock`` across that and this
         call), or pass ``apply_locally=True``. The array is sent zero-copy: do not modify it afterwards.
         Returns 0 while (re)joining (the update is sent once the catch-up is done). Raises
@@ -259,8 +262,10 @@ class Node:
         if not self.running:
             raise NotRunningError("node is not running (call start() first)")
         try:
-            payload, info = check_payload(message, self.params.size, "submitted update", self.config.max_tau)
-            encoding.message_info(payload)  # the body too: replays apply it without checking again
+            payload = check_payload(message, self.params.size, "submitted update", self.config.max_tau)[0]
+            # the body is checked too (replays apply it without checking again); what travels, is
+            # replayed and is applied is the smallest wire form of the same elements
+            payload, info = check_payload(encoding.compact(payload), self.params.size, "submitted update")
         except FrameRejectedError as exc:
             raise InvalidUpdateError(exc.detail) from None
         except MalformedMessageError as exc:

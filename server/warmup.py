@@ -11,7 +11,8 @@ from psrv.transport.errors import TransportConfigError
 
 __all__ = ["DECODE_KERNELS", "check_params", "params_checksum", "warm_up_decode"]
 
-DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap")
+DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap", "unpack_packed",
+                  "apply_packed")
 
 
 def check_params(params: np.ndarray) -> np.ndarray:
@@ -45,8 +46,8 @@ def params_checksum(params: np.ndarray) -> dict[str, Any]:
 def warm_up_decode(dtype: np.dtype) -> None:
     """Compile (or load from numba's cache) every kernel the I/O thread calls, before it runs: a
     first sparse decode compiling inside the I/O thread froze a node for 2 s under load (it was
-    evicted). Both wire forms are decoded once, so any first-call cost is paid here too."""
-    from psrv.encoding import _kernels, decode, encode  # lazy: numba compiles the kernels on import
+    evicted). Each wire form is decoded once, so any first-call cost is paid here too."""
+    from psrv.encoding import _kernels, compact, decode, encode  # lazy: numba compiles the kernels on import
 
     for name in DECODE_KERNELS:
         _ = getattr(_kernels, name).dispatcher  # every explicit signature, all float dtypes
@@ -54,4 +55,6 @@ def warm_up_decode(dtype: np.dtype) -> None:
     sparse = np.zeros(4096, dtype=dtype)  # one element: the sparse form
     sparse[7] = 1.0
     for vector in (dense, sparse):
-        decode(encode(vector.copy(), 0.5), np.zeros(vector.size, dtype=dtype))
+        message = encode(vector.copy(), 0.5)
+        decode(message, np.zeros(vector.size, dtype=dtype))
+        decode(compact(message), np.zeros(vector.size, dtype=dtype))

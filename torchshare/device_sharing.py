@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from psrv.encoding.codec import compact
 from psrv.nn.protocol import DeviceNetwork
 from psrv.server.update_intake import decode_or_reject
 
@@ -68,10 +69,11 @@ class DeviceSharing:
         from psrv.encoding import device as codec  # lazy: imports torch, which a CPU task never needs
 
         host = self.to_host(message)
+        wire = compact(host)  # the form it travels in, so the bytes counted are the wire's
         with node.lock:  # validated on the host copy; the device copy is applied (no device sync)
             codec.decode(host, self.network.flat_params, device_copy=message)
-            node.submit(host, iteration=int(iteration), epoch=int(epoch))
-        return int(host.nbytes)
+            node.submit(wire, iteration=int(iteration), epoch=int(epoch))
+        return int(wire.nbytes)
 
     def set_residual(self, residual: np.ndarray) -> None:
         """Start from a residual carried over on the host (a previous task of the same master)."""

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from psrv.encoding import (
     ResidualEncoder,
+    compact,
     decode,
     dl4j_threshold,
     post_processor_from_state,
@@ -241,6 +242,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Hand an own message (already applied to the live parameters) to the node, under its lock. If
         the node refuses it (e.g. its send queue stayed full), the apply is taken back: the update
         returns to the residual (the gap) and goes with a later step."""
+        message = compact(message)  # the form it travels in, so the bytes counted are the wire's
         if self.node is not None:
             try:
                 self.node.submit(message, iteration=self.iterations, epoch=0, apply_locally=False)

@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from psrv.encoding import ResidualEncoder, SampledQuantileThreshold, decode, encode_counted, message_info
+from psrv.encoding import (
+    ResidualEncoder,
+    SampledQuantileThreshold,
+    compact,
+    decode,
+    encode_counted,
+    message_info,
+)
 from psrv.nn import TorchNetwork
 from torch import nn
 
@@ -82,6 +89,7 @@ class Result:
     steps: int
     curve: list[tuple[int, float]] = field(default_factory=list)
     bytes_total: int = 0
+    bytes_unpacked: int = 0  # the same messages in the encoder's own form (sparse or bitmap), unpacked
     bytes_first100: int = 0  # per worker, the first 100 steps
     dense_per_step: int = 0  # bytes of one dense update of one worker
     bitmaps_after3: int = 0
@@ -265,6 +273,7 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     rounds = batches(task, setting)
     points, curve = _eval_points(len(rounds), setting.evals), []
     sent = np.zeros(len(rounds), dtype=np.int64)
+    unpacked = 0
     bitmaps = 0
     # own_point: each worker's replica (what was sent), apart from the point it steps from (the replica
     # plus its residual), as a Spark task with step_from="own" keeps them
@@ -285,6 +294,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 if config.masking:
                     _mask_momentum(net, message)
                 bitmaps += int(r >= 3 and message_info(message).form == "bitmap")
+                unpacked += message.nbytes
+                message = compact(message)  # what a node sends: the bytes are the wire's
             sent[r] += message.nbytes
             _apply(master, message, config.codec)
             for v in range(len(nets)):
@@ -303,8 +314,10 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
             if message is None:
                 continue
             decode(message, net.params if shared is None else shared[w])
-            sent[-1] += message.nbytes
             bitmaps += int(message_info(message).form == "bitmap")
+            unpacked += message.nbytes
+            message = compact(message)
+            sent[-1] += message.nbytes
             _apply(master, message, config.codec)
             for v in range(len(nets)):
                 if v != w:
@@ -317,7 +330,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     workers, n = setting.workers, len(rounds)
     steady = sent[100:] if n > 200 else sent[n // 2:]
     return Result(name, accuracy(nets[0].module, task, setting), n, curve,
-                  bytes_total=int(sent.sum()), bytes_first100=int(sent[:100].sum()) // workers,
+                  bytes_total=int(sent.sum()), bytes_unpacked=unpacked,
+                  bytes_first100=int(sent[:100].sum()) // workers,
                   dense_per_step=size * np_dtype.itemsize, bitmaps_after3=bitmaps,
                   steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
                   replica_gap=gap, params=nets[0].params.copy(),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder
-from psrv.encoding.codec import add_to_both, copy_to_both
+from psrv.encoding.codec import add_to_both, compact, copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.nn.torch_flat import load_with
@@ -245,6 +245,7 @@ class SharingTask:
         if self.sharing is not None:  # on the device; its host copy is sent
             sent = self.sharing.submit(self.node, message, iteration, epoch)
         else:
+            message = compact(message)  # the form it travels in, so the bytes counted are the wire's
             self.node.submit(message, iteration=iteration, epoch=epoch, apply_locally=True)
             sent = int(message.nbytes)
         self.messages += 1

@@ -320,3 +320,43 @@ def test_crafted_join_and_mesh_messages_are_rejected_not_fatal(roles) -> None:
         context.term()
     assert ctrl.running and node.running and ctrl.counters()["joins"] == 1
     assert node.counters()["rejected"] == {"bad_field": 1}
+
+
+@pytest.mark.timeout(60)
+def test_updates_travel_packed_and_every_replica_applies_exactly_what_was_encoded(roles) -> None:
+    """A node sends each update in its smallest wire form (packed: 1-2 bytes an element, not 4);
+    what the controller and the other nodes apply is the encoder's messages, bit for bit."""
+    from psrv.encoding import message_info, sparse_message
+
+    n = 100_000
+    rng = np.random.default_rng(5)
+    encoded = []
+    for _ in range(20):  # about 1 % of the elements, as a settled threshold sends
+        where = np.flatnonzero(rng.random(n) < 0.01)
+        encoded.append(sparse_message(where, rng.random(where.size) < 0.5, n, 1e-3))
+    expected = np.zeros(n, np.float32)
+    for m in encoded:
+        decode(m, expected)
+    ctrl = Controller(fast(), np.zeros(n, np.float32)).start()
+    roles.append(ctrl)
+    received: list = []
+    receiver_params = np.zeros(n, np.float32)
+
+    def recording_apply(payload, header):
+        received.append(message_info(payload))
+        decode(payload, receiver_params)
+
+    sender = Node(fast(), np.zeros(n, np.float32), ctrl.address).start()
+    receiver = Node(fast(), receiver_params, ctrl.address, apply=recording_apply).start()
+    roles.extend([sender, receiver])
+    sent_before = sender.counters()["bytes_out"]
+    for m in encoded:
+        sender.submit(m, apply_locally=True)
+    wait_until(lambda: len(received) == 20 and ctrl.counters()["updates_applied"] == 20, 20, "every update")
+    assert {info.form for info in received} == {"packed"}
+    assert [info.count for info in received] == [message_info(m).count for m in encoded]
+    for params in (sender.params, ctrl.params, receiver_params):
+        assert np.array_equal(params, expected)  # the same elements, applied in the same order
+    sparse_bytes = sum(m.nbytes for m in encoded)
+    wire_bytes = sender.counters()["bytes_out"] - sent_before
+    assert wire_bytes < 0.5 * sparse_bytes, (wire_bytes, sparse_bytes)

@@ -12,6 +12,7 @@ from psrv.encoding import (
     MalformedMessageError,
     MessageInfo,
     NonFiniteResidualError,
+    compact,
     decode,
     encode,
     encode_counted,
@@ -348,6 +349,13 @@ def _bitmap(n: int = 40) -> np.ndarray:
     return encode(x, 0.5)
 
 
+def _packed(body: bytes, count: int = 3, n: int = 64) -> np.ndarray:
+    """A packed message of this raw body (zero-padded to whole words); _packed(bytes([6, 17, 60]))
+    is _sparse() packed: gaps 3, 8 and 30, the second negative."""
+    words = np.frombuffer(body + b"\0" * (-len(body) % 4), dtype="<i4").astype(np.int32)
+    return np.concatenate([np.array([count, n, _tau_word(0.5), 2], dtype=np.int32), words])
+
+
 def _with(message: np.ndarray, position: int, value: int) -> np.ndarray:
     changed = message.copy()
     changed[position] = np.int32(value) if -(2**31) <= value < 2**31 else np.uint32(value).view(np.int32)
@@ -365,7 +373,7 @@ MALFORMED = {
     "float array": (_sparse().astype(np.float32), 64, "dtype"),
     "2-D array": (_sparse().reshape(1, -1), 64, "1-D"),
     "not a buffer": (12345, 64, "bytes-like"),
-    "unknown form": (_with(_sparse(), 3, 2), 64, "form"),
+    "unknown form": (_with(_sparse(), 3, 3), 64, "form"),
     "negative form": (_with(_sparse(), 3, -1), 64, "form"),
     "zero tau": (_with(_sparse(), 2, 0), 64, "threshold"),
     "negative tau": (_with(_sparse(), 2, _tau_word(-0.5)), 64, "threshold"),
@@ -389,7 +397,20 @@ MALFORMED = {
     "bitmap sign without value": (_with(_bitmap(), 4, 1 << 16), 40, "sign bit"),
     "bitmap value bit beyond N": (_with(_bitmap(), 6, 0x01FF), 40, "beyond"),
     "bitmap sign+value beyond N": (_with(_bitmap(), 6, 0x0100_0100), 40, "beyond"),
+    "packed count above N": (_packed(bytes([6, 17, 60]), count=65), 64, "count must be in"),
+    "packed body too long": (_packed(bytes([6, 17, 60]) + bytes(16)), 64, "body bytes"),
+    "packed truncated": (_packed(bytes([6, 17, 0x80, 0x80])), 64, "runs past"),
+    "packed varint over 5 bytes": (_packed(bytes([0x80] * 5 + [1]), count=1), 64, "past 5 bytes"),
+    "packed zero first index": (_packed(bytes([1, 17, 60])), 64, "index zero"),
+    "packed repeated index": (_packed(bytes([6, 1, 60])), 64, "ascending"),
+    "packed index above N": (_packed(bytes([6, 17, 0xFE, 0x01])), 64, "out of range"),
+    "packed trailing bytes": (_packed(bytes([6, 17, 60, 9])), 64, "zero padding"),
+    "packed N differs from target": (_packed(bytes([6, 17, 60])), 65, "target"),
 }
+
+
+def test_the_packed_helper_is_the_sparse_message_packed() -> None:
+    assert np.array_equal(compact(_sparse()), _packed(bytes([6, 17, 60])))
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
@@ -401,9 +422,19 @@ def test_malformed_message_is_rejected_and_target_untouched(name, dtype) -> None
     with pytest.raises(MalformedMessageError, match=words):
         decode(message, target)
     np.testing.assert_array_equal(uint_view(target), uint_view(before))
-    if name != "N differs from target":
+    if name not in TARGET_ONLY:
         with pytest.raises(MalformedMessageError):
             message_info(message)
+
+
+TARGET_ONLY = {"N differs from target", "packed N differs from target"}  # malformed only for that target
+
+
+@pytest.mark.parametrize("name", sorted(set(MALFORMED) - TARGET_ONLY))
+def test_compact_refuses_every_malformed_message_before_it_reads_the_body(name) -> None:
+    """compact walks a sparse body to pack it: a body that is not ascending or in range never gets there."""
+    with pytest.raises(MalformedMessageError, match=MALFORMED[name][2]):
+        compact(MALFORMED[name][0])
 
 
 def test_valid_bases_of_the_malformed_cases_decode() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st  # noqa: E402
 from psrv.encoding import (  # noqa: E402
     MalformedMessageError,
     NonFiniteResidualError,
+    compact,
     decode,
     encode_counted,
 )
@@ -90,12 +91,15 @@ def test_non_finite_raises_the_same_error_and_changes_nothing(case, data) -> Non
 
 
 @PROPERTY
-@given(residuals(max_size=1100), st.sampled_from([1.0, 0.5, -2.0]), st.booleans())
-def test_decode_equals_numba_decode(case, scale, as_tensor) -> None:
+@given(residuals(max_size=1100), st.sampled_from([1.0, 0.5, -2.0]), st.booleans(), st.booleans())
+def test_decode_equals_numba_decode(case, scale, as_tensor, packed) -> None:
+    """Also for the packed form a message travels in (unpacked on the host, then applied)."""
     x, tau = case
     message, _ = encode_counted(x.copy(), tau)
     if message is None:
         return
+    if packed:
+        message = compact(message)
     start = np.random.default_rng(x.size).normal(size=x.size).astype(x.dtype)
     expected = start.copy()
     decode(message, expected, scale)
@@ -295,11 +299,14 @@ def test_decode_many_takes_device_messages_and_rejects_another_n() -> None:
     message, _ = encode_counted(x.copy(), 0.5)
     other, _ = encode_counted(np.ones(10, dtype=np.float32), 0.5)
     target = torch.zeros(50)
-    errors = dev.decode_many([message, torch.from_numpy(message), other, message], target)
-    assert errors[:2] == [None, None] and errors[3] is None
+    packed = compact(message)  # the form a message arrives in from another node
+    assert packed.nbytes < message.nbytes
+    errors = dev.decode_many([message, torch.from_numpy(message), other, message, packed,
+                              torch.from_numpy(packed)], target)
+    assert errors[:2] == [None, None] and errors[3:] == [None] * 3
     assert "N=10" in str(errors[2])
     expected = np.zeros(50, dtype=np.float32)
-    for _ in range(3):
+    for _ in range(5):
         decode(message, expected)
     np.testing.assert_array_equal(target.numpy(), expected)
     assert dev.decode_many([], target) == []

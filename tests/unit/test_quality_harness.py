@@ -89,6 +89,7 @@ def test_sharing_with_delay_and_jitter_drains_every_replica_to_the_master_copy()
     quantile = harness.Sharing(SampledQuantileThreshold, delay=2, jitter=2)
     result = harness.sharing(task, setting, quantile, dtype=F64)
     assert result.bytes_total > 0 and result.bitmaps_after3 == 0
+    assert result.bytes_total < result.bytes_unpacked  # counted as sent: packed, smaller than sparse
     assert result.replica_gap < 1e-12  # every message applied once on every replica, in some order
     synchronous = harness.synchronous(task, setting, F64)
     assert not np.array_equal(result.params, synchronous.params)
