@@ -561,28 +561,6 @@ def unpack_packed(body, count, n, out):
     return OK, -1
 
 
-@_kernel([types.void(_u1r, _i8, _f4a, types.float32), types.void(_u1r, _i8, _f8a, types.float64)])
-def apply_packed(body, count, target, delta):
-    """Add +-delta at the elements of a validated packed body of ``count`` elements."""
-    pos = 0
-    previous = 0
-    for _ in range(count):
-        v = 0
-        shift = 0
-        while True:
-            b = np.int64(body[pos])
-            pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        previous += v >> 1
-        if v & 1:
-            target[previous - 1] -= delta
-        else:
-            target[previous - 1] += delta
-
-
 def load_all() -> None:
     """Build every kernel now (e.g. to fill the on-disk cache before workers start)."""
     for kernel in ALL_KERNELS:
@@ -592,7 +570,7 @@ def load_all() -> None:
 ALL_KERNELS = (encode_range, add_difference_encode_range, encode_gap_range, clip_gap, add_difference_range,
                copy_to_both, add_to_both, indices_to_bitmap, bitmap_to_indices, restore_sparse,
                restore_bitmap, validate_sparse, validate_bitmap, apply_sparse, apply_bitmap, packed_size,
-               pack_sparse, unpack_packed, apply_packed)
+               pack_sparse, unpack_packed)
 #: per float dtype: (unsigned view dtype, mask clearing the sign bit, bits of +inf)
 BIT_VIEWS = {
     np.dtype(np.float32): (np.dtype(np.uint32), np.uint32(0x7FFF_FFFF), np.uint32(0x7F80_0000)),

@@ -434,7 +434,11 @@ def _check_packed(array: np.ndarray, count: int, n: int, indices: np.ndarray) ->
 
 
 def _unpacked(array: np.ndarray, count: int, n: int) -> np.ndarray:
-    """The sparse message of a packed one (header checked), its body validated on the way."""
+    """The sparse message of a packed one (header checked), its body validated on the way.
+
+    Packed bodies are applied through this: a varint's length is a branch the CPU cannot predict, and
+    applying straight from the varints ties every scattered add to that chain (measured: 2.5x the
+    sparse apply at 1 % of 16 M elements); unpacked first, the adds overlap as a sparse message's do."""
     sparse = np.empty(HEADER_WORDS + count, dtype=np.int32)
     sparse[:HEADER_WORDS] = array[:HEADER_WORDS]
     sparse[HEADER_WORDS - 1] = SPARSE
@@ -527,15 +531,13 @@ def decode(message: np.ndarray | bytes | bytearray | memoryview, target: np.ndar
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale!r}")
-    array, info = parse_message(message, unpack=False)
+    array, info = parse_message(message)
     if info.n != target.shape[0]:
         raise MalformedMessageError(
             f"message is for N={info.n} elements but the target has {target.shape[0]}")
     delta = target.dtype.type(info.tau * scale)  # info.tau is the float32 value, exactly
-    if info.form == "sparse":
+    if info.form != "bitmap":  # sparse, or packed (parsed into its sparse form: see _unpacked)
         k.apply_sparse(array, target, delta)
-    elif info.form == "packed":
-        k.apply_packed(array[HEADER_WORDS:].view(np.uint8), info.count, target, delta)
     else:
         k.apply_bitmap(array[HEADER_WORDS:].view(np.uint32), target, delta)
 
@@ -556,7 +558,7 @@ def decode_validated(message: np.ndarray, target: np.ndarray) -> None:
     if header[3] == SPARSE:
         k.apply_sparse(array, target, delta)
     elif header[3] == PACKED:
-        k.apply_packed(array[HEADER_WORDS:].view(np.uint8), header[0], target, delta)
+        k.apply_sparse(_unpacked(array, header[0], header[1]), target, delta)
     else:
         k.apply_bitmap(array[HEADER_WORDS:].view(np.uint32), target, delta)
 

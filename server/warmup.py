@@ -11,8 +11,7 @@ from psrv.transport.errors import TransportConfigError
 
 __all__ = ["DECODE_KERNELS", "check_params", "params_checksum", "warm_up_decode"]
 
-DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap", "unpack_packed",
-                  "apply_packed")
+DECODE_KERNELS = ("validate_sparse", "validate_bitmap", "apply_sparse", "apply_bitmap", "unpack_packed")
 
 
 def check_params(params: np.ndarray) -> np.ndarray:
