@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         encode_counted,
         float32_threshold,
         message_info,
+        parse_message,
         sparse_message,
     )
     from psrv.encoding.implicit_residual import ImplicitResidual
@@ -53,7 +54,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "preload_kernels": ("psrv.encoding._kernels", "load_all"),
     **{name: ("psrv.encoding.codec", name) for name in (
         "MessageInfo", "compact", "decode", "decode_validated", "encode", "encode_counted",
-        "float32_threshold", "message_info", "sparse_message",
+        "float32_threshold", "message_info", "parse_message", "sparse_message",
     )},
     **{name: ("psrv.encoding.postprocess", name) for name in (
         "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",
@@ -112,6 +113,7 @@ __all__ = [
     "encoding_stats",
     "float32_threshold",
     "message_info",
+    "parse_message",
     "post_processor_from_state",
     "preload_kernels",
     "sparse_message",

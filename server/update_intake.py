@@ -32,7 +32,11 @@ Decoder = Callable[[Any, Any], Any]
 def check_row(fields: dict, buffer: Any, seen: SeenUpdates, params_size: int, max_tau: float) -> np.ndarray:
     """The row's payload as int32 words checked whole (header, length, body) against a model of
     ``params_size`` values; raises FrameRejectedError for a sequence too far ahead of what arrived or
-    a payload that does not fit."""
+    a payload that does not fit.
+
+    A packed payload comes back unpacked (the sparse message of the same elements): its varints are
+    walked once, here, and what is applied, held or replayed later is the sparse form. Relays forward
+    the received buffer, still packed."""
     origin, seq = fields["origin"], fields["seq"]
     if seen.too_far(origin, seq):
         raise FrameRejectedError(
@@ -47,7 +51,7 @@ def check_row(fields: dict, buffer: Any, seen: SeenUpdates, params_size: int, ma
     what = f"update {origin}/{seq}"
     payload = check_payload(words, params_size, what, max_tau)[0]
     try:
-        encoding.message_info(payload)  # the body too: what passes here applies without a failure
+        payload = encoding.parse_message(payload)[0]  # the body too: what passes applies without a failure
     except MalformedMessageError as exc:
         raise FrameRejectedError("bad_payload", f"{what}: {exc}") from None
     return payload

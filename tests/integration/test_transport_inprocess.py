@@ -343,20 +343,23 @@ def test_updates_travel_packed_and_every_replica_applies_exactly_what_was_encode
     receiver_params = np.zeros(n, np.float32)
 
     def recording_apply(payload, header):
-        received.append(message_info(payload))
+        received.append((header["encoding"], message_info(payload)))
         decode(payload, receiver_params)
 
     sender = Node(fast(), np.zeros(n, np.float32), ctrl.address).start()
     receiver = Node(fast(), receiver_params, ctrl.address, apply=recording_apply).start()
     roles.extend([sender, receiver])
-    sent_before = sender.counters()["bytes_out"]
+    sent_before, received_before = sender.counters()["bytes_out"], receiver.counters()["bytes_in"]
     for m in encoded:
         sender.submit(m, apply_locally=True)
     wait_until(lambda: len(received) == 20 and ctrl.counters()["updates_applied"] == 20, 20, "every update")
-    assert {info.form for info in received} == {"packed"}
-    assert [info.count for info in received] == [message_info(m).count for m in encoded]
+    # sent packed; unpacked once where it arrived (the intake's one walk of the varints), then applied
+    assert {(form, info.form) for form, info in received} == {("packed", "sparse")}
+    assert [info.count for _, info in received] == [message_info(m).count for m in encoded]
     for params in (sender.params, ctrl.params, receiver_params):
         assert np.array_equal(params, expected)  # the same elements, applied in the same order
     sparse_bytes = sum(m.nbytes for m in encoded)
     wire_bytes = sender.counters()["bytes_out"] - sent_before
     assert wire_bytes < 0.5 * sparse_bytes, (wire_bytes, sparse_bytes)
+    relayed_bytes = receiver.counters()["bytes_in"] - received_before  # relayed by the controller, packed
+    assert relayed_bytes < 0.5 * sparse_bytes, (relayed_bytes, sparse_bytes)
