@@ -25,6 +25,7 @@ from psrv.nn.evaluation import (
     evaluation_from_json,
 )
 from psrv.nn.layers import Conv2D, Dense, Dropout, Flatten, Layer, MaxPool2D, Output
+from psrv.nn.momentum import momentum_for_workers
 from psrv.nn.network import Network
 from psrv.nn.normalizers import ImageScaler, MinMax, Standardize, normalizer_from_state
 from psrv.nn.protocol import TrainableNetwork
@@ -85,4 +86,5 @@ __all__ = [
     "TruncatedFileError",
     "UnsupportedVersionError",
     "TrainableNetwork",
+    "momentum_for_workers",
 ]

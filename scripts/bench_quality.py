@@ -36,20 +36,25 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-METHODS = ("one", "sync", "avg", "dl4j", "quantile", "warmup", "exact", "flushend", "flush16", "flush8",
-           "mask", "latency", "warmrun", "default", "quantown", "quant3")
+METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
+           "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
+           "default")
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
-LABELS = {"one": "one process", "sync": "sync averaging (DDP)", "avg": "param averaging /5",
+LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
+          "syncsqrt": "sync averaging, lr x sqrt(workers)", "synclin": "sync averaging, lr x workers",
+          "avg": "param averaging /5",
           "dl4j": "sharing, DL4J settings", "quantile": "sharing, quantile τ",
           "warmup": "sharing, quantile τ + warm-up", "exact": "sharing, no quantization",
           "flushend": "sharing, quantile τ + end flush", "flush16": "sharing, quantile τ + flush/16",
           "flush8": "sharing, quantile τ + flush/8", "mask": "sharing, quantile τ + masking",
           "latency": "sharing, quantile τ, sparsity 1/rounds",
           "warmrun": "sharing, quantile τ + warm-up over the run",
-          "default": "sharing, default (DL4J τ, steps from own point)",
+          "ownpoint": "sharing, DL4J τ, steps from own point, momentum as given",
+          "dl4jown": "sharing, DL4J τ, own point, momentum ** workers",
           "quantown": "sharing, quantile τ, steps from own point",
-          "quant3": "sharing, quantile τ at 3 %, steps from own point"}
+          "quant3": "sharing, quantile τ at 3 %, steps from own point",
+          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)"}
 
 
 def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
@@ -67,6 +72,10 @@ def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
     if method == "one":
         result = harness.one_process(task, harness.Setting(optimizer=optimizer, workers=1, seed=seed))
     elif method == "sync":
+        result = harness.synchronous(task, setting)
+    elif method in ("syncsqrt", "synclin"):  # the N-fold batch with the learning rate scaled up for it
+        base = {"adam": 1e-3, "sgd": 0.01}[optimizer]
+        setting.lr = base * (math.sqrt(workers) if method == "syncsqrt" else workers)
         result = harness.synchronous(task, setting)
     elif method == "avg":
         result = harness.parameter_averaging(task, setting)
@@ -88,9 +97,14 @@ def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
                                              lambda: ResidualClipping(5, 5)),
                   "mask": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                           masking=True),
-                  "default": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=True),
+                  "ownpoint": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=True),
+                  "dl4jown": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=True,
+                                             scale_momentum=True),
                   "quant3": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
                                             lambda: ResidualClipping(5, 5), own_point=True),
+                  "default": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
+                                             lambda: ResidualClipping(5, 5), own_point=True,
+                                             scale_momentum=True),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True)}[method]
         config.delay, config.jitter = delay, jitter

@@ -2,10 +2,11 @@
 optimizer and epochs, trained three ways in one run:
 
 * one process (the harness's), the reference;
-* the harness's simulation of gradient sharing with the default settings and with DL4J's
-  (``step_from="own"`` and ``"shared"``);
+* the harness's simulation of gradient sharing with the default settings (tau at the 3 % quantile of
+  each residual, steps from the worker's own point, Adam's beta1 ** workers) and with DL4J's
+  (``dl4j_threshold()``, ``step_from="shared"``, the optimizer as given);
 * a real ``TorchEstimator`` fit on Spark (``local-cluster[W,1,1024]`` by default: W executor processes,
-  a controller on the driver, real ZeroMQ sockets), once per ``step_from``.
+  a controller on the driver, real ZeroMQ sockets), with each of the two.
 
 Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
 its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
@@ -26,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-STEP_FROM = ("own", "shared")
+WAYS = ("default", "dl4j")
 
 
 def _spark(master: str, workers: int) -> Any:
@@ -35,12 +36,13 @@ def _spark(master: str, workers: int) -> Any:
     return spark_session(master, workers)
 
 
-def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str,
+def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
                per_node: int = 1) -> dict[str, Any]:
     """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
     trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks)."""
     import numpy as np
     import torch
+    from psrv.encoding import dl4j_threshold
     from psrv.spark import SharedTrainingMaster
     from psrv.spark.ml import TorchEstimator
     from quality import harness
@@ -50,8 +52,10 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str,
     tasks = workers // per_node
     frame = spark.createDataFrame(rows, ["features", "label"]).repartition(tasks).cache()
     frame.count()
+    dl4j = {"threshold_algorithm": dl4j_threshold(), "step_from": "shared", "scale_momentum": False}
     master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=tasks,
-                                  workers_per_node=per_node, step_from=step_from, progress=False)
+                                  workers_per_node=per_node, progress=False,
+                                  **(dl4j if way == "dl4j" else {}))
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
     def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
@@ -73,23 +77,19 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, step_from: str,
             "dense": sum(int(e["dense_bytes"]) for e in epochs),
             "steps": sum(int(e["steps"]) for e in epochs),
             "step_from": [e.get("step_from") for e in epochs],
+            "momentum": [e.get("momentum") for e in epochs],
             "diverged": sum(int(e.get("replicas_diverged", 0)) for e in epochs)}
 
 
 def _harness(task_name: str, seed: int, workers: int, method: str) -> dict[str, Any]:
-    import torch
-    from psrv.encoding import ResidualClipping, dl4j_threshold
-    from quality import harness, tasks
+    """bench_quality's run of ``method`` ("one", "default" or "dl4j"), in this process."""
+    import bench_quality
 
-    torch.set_num_threads(1)
-    task = tasks.make(task_name, seed)
+    run = bench_quality._run((task_name, "adam", 1 if method == "one" else workers, seed, method, 0, 0, 0))
     if method == "one":
-        result = harness.one_process(task, harness.Setting(workers=1, seed=seed))
-        return {"accuracy": result.accuracy, "bytes": 0, "dense": 1, "steps": result.steps}
-    config = harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5), own_point=method == "own")
-    result = harness.sharing(task, harness.Setting(workers=workers, seed=seed), config)
-    return {"accuracy": result.accuracy, "bytes": result.bytes_total,
-            "dense": result.dense_per_step * result.steps * workers, "steps": result.steps * workers}
+        return {"accuracy": run["accuracy"], "bytes": 0, "dense": 1, "steps": run["steps"]}
+    return {"accuracy": run["accuracy"], "bytes": run["bytes"],
+            "dense": run["dense"] * run["steps"] * workers, "steps": run["steps"] * workers}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for seed in range(args.seeds):
                 task = task_module.make(name, seed)
-                for method in ("one", "own", "shared"):
+                for method in ("one", *WAYS):
                     runs.append({"task": name, "seed": seed, "way": "harness", "method": method,
                                  **_harness(name, seed, args.workers, method)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
-                for step_from in STEP_FROM:
-                    runs.append({"task": name, "seed": seed, "way": "spark", "method": step_from,
-                                 **_spark_fit(spark, task, seed, args.workers, step_from, per_node)})
+                for way in WAYS:
+                    runs.append({"task": name, "seed": seed, "way": "spark", "method": way,
+                                 **_spark_fit(spark, task, seed, args.workers, way, per_node)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:
         spark.stop()
@@ -143,10 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-LABELS = {("harness", "one"): "one process", ("harness", "own"): "harness, default (step_from own)",
-          ("harness", "shared"): "harness, DL4J's (step_from shared)",
-          ("spark", "own"): "Spark, default (step_from own)",
-          ("spark", "shared"): "Spark, DL4J's (step_from shared)"}
+LABELS = {("harness", "one"): "one process", ("harness", "default"): "harness, default",
+          ("harness", "dl4j"): "harness, DL4J's", ("spark", "default"): "Spark, default",
+          ("spark", "dl4j"): "Spark, DL4J's"}
 
 
 def table(runs: list[dict[str, Any]], workers: int) -> str:

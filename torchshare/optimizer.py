@@ -44,6 +44,7 @@ from psrv.encoding import (
     threshold_algorithm_from_state,
 )
 from psrv.encoding.implicit_residual import ImplicitResidual
+from psrv.nn.momentum import momentum_for_workers
 from psrv.nn.torch_device import import_torch, place_module
 from psrv.nn.torch_flat import (
     bind_flat_buffers,
@@ -82,9 +83,10 @@ class _LiveReplica:
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (built on ``model.parameters()``) so that its steps are shared with every worker.
 
-    ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: the same as
-    ``SharedTrainingMaster``'s and ``TorchEstimator``'s, DL4J's ``dl4j_threshold()``, i.e.
-    ``AdaptiveThreshold(1e-3)``, and ``ResidualClipping(5, 5)``).
+    ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: DL4J's ``dl4j_threshold()``,
+    i.e. ``AdaptiveThreshold(1e-3)``, and ``ResidualClipping(5, 5)``; ``SharedTrainingMaster`` and
+    ``TorchEstimator`` default to ``SampledQuantileThreshold(sparsity=0.03)``, which costs this
+    optimizer one more pass over the parameters per step).
     ``device_encoding``: encode and decode with torch ops where the parameters live (None: off the CPU,
     as a GPU worker must; True also on the CPU, the same messages byte for byte).
     ``join``: True joins the launcher's job now (``psrv.torch.init()`` is called if it was not); False
@@ -95,6 +97,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     holds only what was sent, and ``leave()`` puts the model back on it. With ``device_encoding`` the
     step buffer is loaded with replica + residual after each step. "shared" computes with the replica
     alone, as ``SharedTrainingMaster(step_from="shared")`` and DL4J do.
+    ``scale_momentum``: True sets the wrapped optimizer's Adam beta1 (every param group with ``betas``)
+    to the given one ``** psrv.torch.size()`` when it joins, as ``SharedTrainingMaster`` does by default
+    (psrv.nn.momentum: with N workers sharing, beta1 ** N forgets per minibatch as one process does;
+    README's "How much a step learns"). Off by default here: the loop is the user's, and the optimizer
+    steps as they built it unless they ask.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);
     its parameters must be on one device, float32 or float64 (use ``torch.autocast`` for mixed precision).
     Load weights before wrapping (or with ``load_state_dict``): see the module docstring.
@@ -102,7 +109,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer: Any, model: Any, *, threshold_algorithm: Any = None,
                  post_processor: Any = None, device_encoding: bool | None = None, join: bool = True,
-                 step_from: str = "own") -> None:
+                 step_from: str = "own", scale_momentum: bool = False) -> None:
+        if not isinstance(scale_momentum, bool):
+            raise SharingConfigError(f"DistributedOptimizer: scale_momentum: expected True or False, got "
+                                     f"{scale_momentum!r}")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise SharingConfigError(
                 f"DistributedOptimizer: expected a torch.optim.Optimizer built on model.parameters(), got "
@@ -141,6 +151,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"DistributedOptimizer: step_from: expected 'own' (steps from the replica plus this "
                 f"worker's residual) or 'shared' (from the replica alone), got {step_from!r}")
         self.step_from = step_from
+        self.scale_momentum = scale_momentum
+        self.momentum: list[tuple[str, float, float]] = []  # what scale_momentum set: (name, given, used)
         self._live_data = [p.data for p in self._buffers.params]  # the model's views of the replica
         if self.step_from == "own":  # the model computes with the step buffer (live + residual)
             point_at(self._buffers.params, [shadow.data for shadow in self._buffers.step_params])
@@ -307,6 +319,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Join the launcher's job: rank 0's parameters start the master copy; every rank downloads it."""
         here = session.attach(self)
         env = here.env
+        if self.scale_momentum:
+            self.momentum = [(c.name, c.given, c.now) for c in momentum_for_workers(self.optimizer, env.size)]
         host = self.sharing.network.params if self.implicit is None else self._buffers.host_view
         reply = ask(env, ("join", env.rank, host if env.rank == 0 else None), JOIN_WAIT_S + 30.0)
         if reply[0] != "controller":
@@ -324,7 +338,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         the replica from here on (with ``step_from="own"`` it held the unsent residual too)."""
         node = self.node
         report: dict[str, Any] = {"steps": self.iterations, "messages": self.messages,
-                                  "bytes_sent": self.bytes_sent, "step_from": self.step_from}
+                                  "bytes_sent": self.bytes_sent, "step_from": self.step_from,
+                                  "momentum": self.momentum}
         point_at(self._buffers.params, self._live_data)
         if node is None:
             return report

@@ -56,7 +56,7 @@ def run_command(ns: argparse.Namespace) -> int:
         np.save(ns.save_master, result.params)
     summary = {
         "workers": [{key: report.get(key) for key in ("rank", "node_id", "node_ids", "steps", "messages",
-                                                      "bytes_sent", "acknowledged")}
+                                                      "bytes_sent", "acknowledged", "momentum")}
                     | {"replica": (report.get("replica") or {}).get("status")} for report in result.reports],
         "applied_by_origin": {str(k): v for k, v in result.counters.get("applied_by_origin", {}).items()},
         "updates_applied": result.counters.get("updates_applied"),

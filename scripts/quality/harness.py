@@ -35,6 +35,7 @@ from psrv.encoding import (
     message_info,
 )
 from psrv.nn import TorchNetwork
+from psrv.nn.momentum import momentum_for_workers
 from torch import nn
 
 from quality.tasks import Task
@@ -78,6 +79,7 @@ class Sharing:
     flush_end: int = 0  # messages per worker after the last round that carry its residual out
     masking: bool = False  # momentum factor masking: clear the optimizer's momentum where sent
     own_point: bool = False  # steps from the replica plus the worker's residual (step_from="own")
+    scale_momentum: bool = False  # each worker's momentum = given ** workers (psrv.nn.momentum)
 
 
 @dataclass
@@ -261,6 +263,9 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     config = config or Sharing()
     base = initial_module(task, setting, dtype)
     nets = [_network(copy.deepcopy(base), task, setting) for _ in range(setting.workers)]
+    if config.scale_momentum:
+        for net in nets:
+            momentum_for_workers(net, setting.workers)
     size, np_dtype = nets[0].num_params, nets[0].params.dtype
     master = nets[0].params.copy()
     encoders = [ResidualEncoder(

@@ -18,6 +18,8 @@ import numpy as np
 from psrv.encoding import ResidualEncoder
 from psrv.encoding.codec import add_to_both, compact, copy_to_both
 from psrv.nn._inputs import features_mask_of, step_arguments
+from psrv.nn.errors import ConfigError
+from psrv.nn.momentum import momentum_for_workers
 from psrv.nn.protocol import TrainableNetwork, network_device
 from psrv.nn.torch_flat import load_with
 from psrv.spark import strategies
@@ -102,6 +104,23 @@ class SharingTask:
                                   task_gpus() if on_device else (),
                                   offset=self._residual if self.step_from == "own" else None) \
             if count > 1 else None
+        self.momentum = self._set_momentum(int(getattr(setup, "momentum_workers", 1)))
+
+    def _set_momentum(self, workers: int) -> list[tuple[str, float, float]]:
+        """Every local worker's momentum for ``workers`` workers sharing (1: as given; a network cached
+        by an earlier fit gets its given coefficient back first), logged where it changes."""
+        changes = []
+        for network in [self.network] if self.local is None else self.local.networks:
+            try:
+                changes = momentum_for_workers(network, workers)
+            except ConfigError:  # a network of the user's own kind, with no optimizer psrv knows
+                log.info("momentum for %d workers: %s has no optimizer or updater psrv can set; kept",
+                         workers, type(network).__name__)
+                return []
+        if workers > 1 and changes:
+            log.info("momentum for %d workers sharing: %s", workers,
+                     ", ".join(f"{c.name} {c.given:g} -> {c.now:.4g}" for c in changes))
+        return [(c.name, c.given, c.now) for c in changes]
 
     def _step_from(self, wanted: str) -> str:
         """Where this task's steps start: "own" (the replica plus this worker's residual) where the
@@ -283,7 +302,7 @@ class SharingTask:
             replica=self.replica, logs=self.capture.detach(),
             buffers=buffers_of(self.network) if self.local is None else self.local.buffers(),
             local_workers=1 if self.local is None else self.local.count, step_from=self.step_from,
-            host=host, cores=cores, ran=(self.started, time.time()))
+            momentum=self.momentum, host=host, cores=cores, ran=(self.started, time.time()))
 
 
 class SharingTrainer:

@@ -33,7 +33,8 @@ def full_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
         return float(torch.nn.functional.cross_entropy(model(x), y))
 
 
-def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_device: bool = False) -> float:
+def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_device: bool = False,
+          scale_momentum: bool = False) -> float:
     pt.init()
     rank, size = pt.rank(), pt.size()
     x, y = make_data()
@@ -44,7 +45,7 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_de
     shard_x, shard_y = x[rank::size], y[rank::size]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
-    optimizer = pt.DistributedOptimizer(optimizer, model)
+    optimizer = pt.DistributedOptimizer(optimizer, model, scale_momentum=scale_momentum)
     first = full_loss(model, x, y)
     generator = torch.Generator().manual_seed(rank)
     for _ in range(steps):
@@ -59,7 +60,8 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_de
     final = full_loss(model, x, y)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"first": first, "final": final, "messages": optimizer.messages,
-                   "steps": optimizer.iterations, "device": str(next(model.parameters()).device)}, f)
+                   "steps": optimizer.iterations, "device": str(next(model.parameters()).device),
+                   "beta1": optimizer.param_groups[0]["betas"][0]}, f)
     if rank == 0:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(out, "rank0_state.pt"))
     return final
@@ -70,5 +72,6 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--on-device", action="store_true", help="train on psrv.torch.device()")
+    parser.add_argument("--scale-momentum", action="store_true", help="AdamW's beta1 ** workers")
     args = parser.parse_args()
-    train(args.out, args.steps, on_device=args.on_device)
+    train(args.out, args.steps, on_device=args.on_device, scale_momentum=args.scale_momentum)

@@ -42,6 +42,18 @@ def test_psrv_run_trains_a_users_own_loop(tmp_path: Path) -> None:
     summary, master = _psrv_run_own_loop(tmp_path)
     assert len(summary["workers"]) == 2
     check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], master)
+    assert json.loads((tmp_path / "rank0.json").read_text())["beta1"] == 0.9  # as the user built it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_scale_momentum_sets_each_workers_beta1_to_the_power_of_the_job_size(tmp_path: Path) -> None:
+    summary, master = _psrv_run_own_loop(tmp_path, "--scale-momentum")
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], master)
+    for rank, worker in enumerate(summary["workers"]):
+        ran = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert ran["beta1"] == pytest.approx(0.81, abs=1e-12)
+        assert [tuple(m[:2]) for m in worker["momentum"]] == [("AdamW betas[0]", 0.9)], worker
 
 
 @pytest.mark.gpu

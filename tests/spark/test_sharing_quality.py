@@ -1,7 +1,8 @@
 """Gradient sharing learns as much per epoch as one process: TorchEstimator fits on local-cluster (2
-workers) against the same module trained in this process for the same epochs, with the defaults
-(DL4J's threshold, each worker stepping from its replica plus its residual) and with tau taken from each
-step's residual (``SampledQuantileThreshold``, at 1/100 of the bytes of a dense exchange)."""
+workers) against the same module trained in this process for the same epochs, with the defaults (tau
+from each step's residual at 3 % of the elements, under 1/100 of the bytes of a dense exchange; each
+worker stepping from its replica plus its residual; Adam's beta1 ** workers) and with DL4J's threshold
+in their place."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
-from psrv.encoding import ResidualClipping, SampledQuantileThreshold  # noqa: E402
+from psrv.encoding import ResidualClipping, SampledQuantileThreshold, dl4j_threshold  # noqa: E402
 from psrv.nn import TorchNetwork  # noqa: E402
 from psrv.spark import SharedTrainingMaster  # noqa: E402
 from psrv.spark.ml import TorchEstimator  # noqa: E402
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 EPOCHS = 5
 
 
-@pytest.mark.parametrize("threshold", ["default", "quantile"])
+@pytest.mark.parametrize("threshold", ["default", "dl4j"])
 def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str) -> None:
     x, y = sklearn_datasets.make_classification(n_samples=3000, n_features=16, n_informative=8, n_redundant=4,
                                                 n_classes=3, class_sep=2.0, random_state=7)
@@ -37,8 +38,10 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     alone = float(np.mean(reference.predict(x_test) == y_test))
 
     master = SharedTrainingMaster(batch_size_per_worker=32, num_workers=2, threshold_algorithm=(
-        SampledQuantileThreshold() if threshold == "quantile" else None))
+        dl4j_threshold() if threshold == "dl4j" else None))
     assert isinstance(master.residual_post_processor, ResidualClipping) and master.step_from == "own"
+    if threshold == "default":
+        assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
     rows = [(row.tolist(), int(label)) for row, label in zip(x_train, y_train, strict=True)]
     frame = spark.createDataFrame(rows, ["features", "label"])
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=(16,), epochs=EPOCHS, seed=0,
@@ -48,5 +51,10 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
     assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
-    if threshold == "quantile":
+    # the default: each worker's Adam forgets per minibatch of both workers as one process's does
+    assert fit["momentum_workers"] == 2
+    assert [(name, given) for name, given, _ in fit["momentum"]] == [("Adam betas[0]", 0.9)]
+    assert fit["momentum"][0][2] == pytest.approx(0.81, abs=1e-12)
+    assert model.network.optimizer.param_groups[0]["betas"] == (0.9, 0.999)  # the driver's: as given
+    if threshold == "default":
         assert fit["bytes_sent"] <= fit["dense_bytes"] / 100  # the last epoch's messages: <= 1/100 of dense

@@ -121,6 +121,25 @@ def test_stepping_from_the_own_point_drains_every_replica_to_the_master_copy() -
     assert not np.array_equal(own.params, replica.params)
 
 
+def test_scaled_momentum_is_each_worker_stepping_with_beta1_to_the_power_of_the_workers() -> None:
+    """scale_momentum uses psrv.nn.momentum on every worker: bit for bit the run whose optimizer was
+    given beta1 ** workers; the drain still leaves every replica on the master copy."""
+
+    class GivenBeta(harness.Setting):
+        def make_optimizer(self, params):
+            return torch.optim.Adam(params, lr=1e-3, betas=(0.9 ** 3, 0.999))
+
+    task = tasks.make("tiny", epochs=2)
+    config = dict(threshold=SampledQuantileThreshold, delay=1, own_point=True)
+    scaled = harness.sharing(task, harness.Setting(workers=3), harness.Sharing(scale_momentum=True, **config),
+                             dtype=F64)
+    given = harness.sharing(task, GivenBeta(workers=3), harness.Sharing(**config), dtype=F64)
+    plain = harness.sharing(task, harness.Setting(workers=3), harness.Sharing(**config), dtype=F64)
+    np.testing.assert_array_equal(scaled.params, given.params)
+    assert not np.array_equal(scaled.params, plain.params)
+    assert scaled.replica_gap < 1e-12
+
+
 def test_every_method_sees_the_same_minibatches() -> None:
     task = tasks.make("tiny")
     one = [b for r in harness.batches(task, harness.Setting(workers=1)) for b in r]

@@ -328,20 +328,28 @@ def test_clear_errors() -> None:
         DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), model, join=False)
 
 
-def test_the_defaults_are_the_shared_training_masters() -> None:
-    """A wrapped optimizer starts from the threshold and clipping a Spark fit starts from (DL4J's: tau
-    1e-3, not ResidualEncoder's 1e-4, below which Adam's whole first step would be sent)."""
+def test_the_defaults_are_dl4js_threshold_and_the_masters_clipping_and_momentum_as_given() -> None:
+    """A wrapped optimizer starts from DL4J's threshold (tau 1e-3, not ResidualEncoder's 1e-4, below
+    which Adam's whole first step would be sent) and the clipping a Spark fit starts from; the master's
+    threshold is the 3 % quantile, which would cost this optimizer a pass more per step. Its momentum is
+    the user's unless scale_momentum is asked for."""
+    from psrv.encoding import SampledQuantileThreshold, dl4j_threshold
     from psrv.spark import SharedTrainingMaster
 
     model = _model()
     wrapped = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3), model, join=False)
     master = SharedTrainingMaster(batch_size_per_worker=8)
-    assert wrapped.encoder.threshold_algorithm.get_state() == master.threshold_algorithm.get_state()
+    assert wrapped.encoder.threshold_algorithm.get_state() == dl4j_threshold().get_state()
+    assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
     assert wrapped.encoder.post_processor.get_state() == master.residual_post_processor.get_state()
     assert wrapped.encoder.threshold_algorithm.threshold == pytest.approx(1e-3)
+    assert wrapped.scale_momentum is False and master.scale_momentum is True
     _loss(model, 0).backward()
     wrapped.step()  # Adam's first step moves every element by about lr = 1e-3: some reach tau, not all
     assert 0 < wrapped.encoder.last_count < wrapped.num_params
+    assert wrapped.param_groups[0]["betas"] == (0.9, 0.999) and wrapped.leave()["momentum"] == []
+    with pytest.raises(SharingConfigError, match="scale_momentum: expected True or False, got 'yes'"):
+        DistributedOptimizer(torch.optim.Adam(model.parameters()), model, join=False, scale_momentum="yes")
 
 
 def test_device_encoding_gives_the_host_encodings_replica() -> None:
