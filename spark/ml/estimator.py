@@ -169,6 +169,11 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                     f"storage_level={self.getOrDefault('storageLevel')!r} is for the default training "
                     f"master; this estimator was given {type(self.training_master).__name__}: set "
                     "storage_level on it instead")
+            if self.isSet("scaleMomentum"):
+                raise SparkConfigError(
+                    f"scale_momentum={self.getOrDefault('scaleMomentum')!r} is for the default training "
+                    f"master; this estimator was given {type(self.training_master).__name__}: set "
+                    "scale_momentum on it instead")
             return self.training_master
         config = VoidConfiguration()
         port = self._optional("controllerPort")
@@ -177,7 +182,8 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         level = self._optional("storageLevel")
         kept = {} if level is None else {"storage_level": None if level == "NONE" else level}
         return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")),
-                                    workers_per_node=workers_per_node, **kept)
+                                    workers_per_node=workers_per_node,
+                                    scale_momentum=bool(self.getOrDefault("scaleMomentum")), **kept)
 
     # -- fit ----------------------------------------------------------------------------------------
     def _fit(self, dataset: DataFrame) -> TorchModel:

@@ -139,11 +139,14 @@ class EstimatorParams(ModelParams):
                           "(rdd_training_approach 'direct'): a StorageLevel name such as MEMORY_AND_DISK, or "
                           "NONE to recompute each epoch (unset: the master's default, MEMORY_ONLY)",
                           _to_storage_level)
+    scaleMomentum = _param("scaleMomentum", "the default training master sets each worker's Adam beta1 to "
+                           "beta1 ** (workers sharing), so the shared model's momentum forgets per minibatch "
+                           "as one process's does (False: the optimizer as given)", TypeConverters.toBoolean)
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", epochs=1, batchSize=32, resume=False, outputActivation="auto")
-        self._setDefault(workersPerNode=1)
+        self._setDefault(workersPerNode=1, scaleMomentum=True)
 
 
 #: constructor keyword -> Param name
@@ -153,7 +156,7 @@ SNAKE_CASE = {
     "learning_rate": "learningRate", "validation": "validation", "seed": "seed",
     "checkpoint_dir": "checkpointDir", "resume": "resume", "run_id": "runId",
     "controller_port": "controllerPort", "output_activation": "outputActivation", "output_kind": "outputKind",
-    "workers_per_node": "workersPerNode", "storage_level": "storageLevel",
+    "workers_per_node": "workersPerNode", "storage_level": "storageLevel", "scale_momentum": "scaleMomentum",
 }
 
 

@@ -74,3 +74,22 @@ def test_storage_level_reaches_the_default_master_and_is_refused_for_a_given_one
     given = _estimator(storage_level="DISK_ONLY", training_master=SharedTrainingMaster())
     with pytest.raises(SparkConfigError, match="set storage_level on it instead"):
         given._master()
+
+
+def test_scale_momentum_reaches_the_default_master_and_is_refused_for_a_given_one() -> None:
+    from psrv.encoding import SampledQuantileThreshold
+    from psrv.spark import SharedTrainingMaster
+
+    master = _estimator()._master()
+    assert master.scale_momentum is True
+    assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
+    assert _estimator().getScaleMomentum() is True
+    assert _estimator(scale_momentum=False)._master().scale_momentum is False
+    assert _estimator(scaleMomentum=False).getScaleMomentum() is False  # Spark's own name
+    assert "scaleMomentum: the default training master sets each worker's Adam beta1" in \
+        _estimator().explainParams()
+    with pytest.raises(SparkConfigError, match="scaleMomentum.*requires value of type bool"):
+        _estimator(scale_momentum="sometimes")
+    given = _estimator(scale_momentum=False, training_master=SharedTrainingMaster())
+    with pytest.raises(SparkConfigError, match="set scale_momentum on it instead"):
+        given._master()
