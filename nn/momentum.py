@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psrv.nn.errors import ConfigError
+from psrv.nn.updaters import Updater
 
 __all__ = ["MomentumChange", "momentum_for_workers"]
 
@@ -46,11 +47,9 @@ def momentum_for_workers(target: Any, workers: int) -> list[MomentumChange]:
     where there is no first-moment coefficient to set: SGD, AdaGrad, RMSprop)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"momentum_for_workers: workers must be an int >= 1, got {workers!r}")
-    updater = getattr(target, "updater", None)
-    if updater is not None and hasattr(updater, "get_config"):
+    updater = getattr(target, "updater", target)  # a psrv.nn network's, or the updater itself
+    if isinstance(updater, Updater):
         return _native(updater, workers)
-    if hasattr(target, "get_config") and hasattr(target, "compute") and not hasattr(target, "param_groups"):
-        return _native(target, workers)
     optimizer = target if hasattr(target, "param_groups") else getattr(target, "optimizer", None)
     if optimizer is None or not hasattr(optimizer, "param_groups"):
         raise ConfigError(

@@ -38,6 +38,7 @@ from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
+from psrv.spark.driver.stepping import check_scale_momentum, check_step_from, momentum_workers
 from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
     ControllerUnreachableError,
@@ -61,9 +62,6 @@ if TYPE_CHECKING:
     from pyspark import RDD, Broadcast, SparkContext
 
 log = logging.getLogger(__name__)
-
-#: where a worker's step starts: its replica plus its own residual, or its replica alone (DL4J's)
-STEP_FROM = ("own", "shared")
 
 _DRAIN_QUIET_S = 0.5
 _DRAIN_MIN_S = 2.0
@@ -154,11 +152,7 @@ class SharedTrainingMaster:
         self.workers_per_node = check_workers_per_node(workers_per_node)  # trainers behind each member
         self._crowding = CrowdingWarnings(LOCAL_WORKERS_FIX)  # more tasks on a host than cores: said once
         self.step_from = check_step_from(step_from)
-        if not isinstance(scale_momentum, bool):
-            raise SparkConfigError(
-                f"scale_momentum: expected True (each worker's momentum becomes beta ** workers, the "
-                f"default) or False (the optimizer as given, DL4J's behaviour), got {scale_momentum!r}")
-        self.scale_momentum = scale_momentum
+        self.scale_momentum = check_scale_momentum(scale_momentum)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -268,10 +262,8 @@ class SharedTrainingMaster:
             strategy_classes=strategies.classes_to_bytes(chosen),  # a user's classes travel by value
             workers_per_node=self.workers_per_node,
             step_from=self.step_from,
-            # the workers whose steps land on every replica side by side: one per task Spark runs at
-            # once, times the local workers behind each
-            momentum_workers=min(data.getNumPartitions(), int(spark_context.defaultParallelism))
-            * self.workers_per_node if self.scale_momentum else 1,
+            momentum_workers=momentum_workers(self.scale_momentum, data.getNumPartitions(),
+                                              int(spark_context.defaultParallelism), self.workers_per_node),
         )
         broadcast = spark_context.broadcast(setup)
         self._crowding.before_job(str(spark_context.master),  # the tasks that can run at once
@@ -430,16 +422,6 @@ class SharedTrainingMaster:
         """Add a driver event to ``training_stats`` (with ``collect_training_stats``)."""
         if self.collect_training_stats:
             self.training_stats.append(driver_event(kind, start, end, **fields))
-
-
-def check_step_from(value: Any) -> str:
-    """``step_from`` as "own" or "shared", or a clear error (on the driver, before any Spark job)."""
-    if value not in STEP_FROM:
-        raise SparkConfigError(
-            f"step_from: expected one of {', '.join(repr(v) for v in STEP_FROM)}, got {value!r}; \"own\" "
-            "(the default) steps from the replica plus the worker's unsent residual, \"shared\" from the "
-            "replica alone (DL4J's behaviour)")
-    return str(value)
 
 
 def _replica_summary(results: list[WorkerResult]) -> dict[str, Any]:

@@ -164,16 +164,12 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 raise SparkConfigError(
                     f"workers_per_node={workers_per_node} is for the default training master; this estimator "
                     f"was given {type(self.training_master).__name__}: set workers_per_node on it instead")
-            if self.isSet("storageLevel"):
-                raise SparkConfigError(
-                    f"storage_level={self.getOrDefault('storageLevel')!r} is for the default training "
-                    f"master; this estimator was given {type(self.training_master).__name__}: set "
-                    "storage_level on it instead")
-            if self.isSet("scaleMomentum"):
-                raise SparkConfigError(
-                    f"scale_momentum={self.getOrDefault('scaleMomentum')!r} is for the default training "
-                    f"master; this estimator was given {type(self.training_master).__name__}: set "
-                    "scale_momentum on it instead")
+            for param, keyword in (("storageLevel", "storage_level"), ("scaleMomentum", "scale_momentum")):
+                if self.isSet(param):
+                    raise SparkConfigError(
+                        f"{keyword}={self.getOrDefault(param)!r} is for the default training master; this "
+                        f"estimator was given {type(self.training_master).__name__}: set {keyword} on it "
+                        "instead")
             return self.training_master
         config = VoidConfiguration()
         port = self._optional("controllerPort")

@@ -120,3 +120,11 @@ def test_the_master_refuses_a_scale_momentum_that_is_not_a_bool_on_the_driver(ba
     assert SharedTrainingMaster().scale_momentum is True
     with pytest.raises(SparkConfigError, match=r"scale_momentum: expected True .* or False .*got"):
         SharedTrainingMaster(scale_momentum=bad)
+
+
+def test_the_power_is_the_tasks_running_at_once_times_their_local_workers() -> None:
+    from psrv.spark.driver.stepping import momentum_workers
+
+    assert momentum_workers(True, partitions=4, parallelism=2, workers_per_node=1) == 2  # in two waves
+    assert momentum_workers(True, partitions=2, parallelism=8, workers_per_node=3) == 6
+    assert momentum_workers(False, partitions=8, parallelism=8, workers_per_node=2) == 1

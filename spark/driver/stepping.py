@@ -1,0 +1,43 @@
+"""How the workers of a gradient-sharing fit step: where a step starts and their Adam's beta1.
+
+Checked on the driver when the master is built (a wrong value fails before any Spark job), and what the
+driver tells the tasks about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psrv.spark.errors import SparkConfigError
+
+#: where a worker's step starts: its replica plus its own residual, or its replica alone (DL4J's)
+STEP_FROM = ("own", "shared")
+
+
+def check_step_from(value: Any) -> str:
+    """``step_from`` as "own" or "shared", or a clear error (on the driver, before any Spark job)."""
+    if value not in STEP_FROM:
+        raise SparkConfigError(
+            f"step_from: expected one of {', '.join(repr(v) for v in STEP_FROM)}, got {value!r}; \"own\" "
+            "(the default) steps from the replica plus the worker's unsent residual, \"shared\" from the "
+            "replica alone (DL4J's behaviour)")
+    return str(value)
+
+
+def check_scale_momentum(value: Any) -> bool:
+    """``scale_momentum`` as a bool, or a clear error (on the driver, before any Spark job)."""
+    if not isinstance(value, bool):
+        raise SparkConfigError(
+            f"scale_momentum: expected True (each worker's momentum becomes beta ** workers, the "
+            f"default) or False (the optimizer as given, DL4J's behaviour), got {value!r}")
+    return value
+
+
+def momentum_workers(scale: bool, partitions: int, parallelism: int, workers_per_node: int) -> int:
+    """The power each worker's beta1 is raised to (psrv.nn.momentum): the workers whose steps land on
+    every replica side by side, one per task Spark runs at once times the local workers behind each;
+    1 (the optimizer as given) without ``scale``."""
+    return min(partitions, parallelism) * workers_per_node if scale else 1
+
+
+__all__ = ["STEP_FROM", "check_scale_momentum", "check_step_from", "momentum_workers"]
