@@ -39,6 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
            "default")
+#: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
+DEFAULT_SPARSITY = 0.03
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
 WARMUP = 50
 LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
@@ -57,14 +59,15 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)"}
 
 
-def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
+def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
     from psrv.encoding import ResidualClipping, SampledQuantileThreshold, dl4j_threshold
     from quality import harness, tasks
 
-    name, optimizer, workers, seed, method, delay, jitter, epochs = job
+    name, optimizer, workers, seed, method, delay, jitter, epochs = job[:8]
+    sparsity = job[8] if len(job) > 8 and job[8] else DEFAULT_SPARSITY
     task = tasks.make(name, seed, **({"epochs": epochs} if epochs else {}))
     setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed)
     started = time.perf_counter()
@@ -102,7 +105,7 @@ def _run(job: tuple[str, str, int, int, str, int, int, int]) -> dict[str, Any]:
                                              scale_momentum=True),
                   "quant3": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
                                             lambda: ResidualClipping(5, 5), own_point=True),
-                  "default": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
+                  "default": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
                                              lambda: ResidualClipping(5, 5), own_point=True,
                                              scale_momentum=True),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
@@ -159,13 +162,16 @@ def _by_seed(runs: list[dict[str, Any]], targets: dict[int, float]) -> dict[int,
 
 def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with ``job`` as (task, optimizer, workers, seed, method); a task run for other than its
-    own epochs or with a delay is named with them ("mlp1m, 4 epochs", "cnn, delay 1+2"), so that runs
-    loaded together are compared only with their like."""
+    own epochs, with a delay or with the default at another sparsity is named with them ("mlp1m, 4
+    epochs", "cnn, delay 1+2", "seq, sparsity 0.015"), so that runs loaded together are compared only
+    with their like."""
     keyed = []
     for r in results:
         name, optimizer, workers, seed, method, delay, jitter = r["job"][:7]
         epochs = r["job"][7] if len(r["job"]) > 7 else 0
+        sparsity = r["job"][8] if len(r["job"]) > 8 else 0
         name += f", {epochs} epochs" if epochs else ""
+        name += f", sparsity {sparsity}" if sparsity else ""
         name += f", delay {delay}+{jitter}" if delay or jitter else ""
         keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
     return keyed
@@ -193,14 +199,24 @@ def ratio_table(results: list[dict[str, Any]], fractions: list[float]) -> list[s
     return lines
 
 
+def _paired(group: list[dict[str, Any]], one: list[dict[str, Any]]) -> str:
+    """The median over the seeds of each seed's accuracy minus that seed's one-process accuracy, in
+    points. Every seed makes its own data set and initial weights, and one process's accuracy varies
+    from seed to seed by more than the methods differ (``cnn``: 0.79 to 0.92), so the difference of the
+    medians ("vs one process") compares runs of different seeds; this compares each run with its own."""
+    mine = {r["job"][3]: r["accuracy"] for r in one}
+    differences = [100 * (r["accuracy"] - mine[r["job"][3]]) for r in group if r["job"][3] in mine]
+    return f"{_median(differences):+.1f}" if differences else "-"
+
+
 def table(results: list[dict[str, Any]], target: float) -> list[str]:
     """The markdown table of ``results`` (the runs of ``_run``): medians over the seeds, per task,
     optimizer, worker count and method, in the order the runs came."""
     results = _keyed(results)
     keys = list(dict.fromkeys(r["job"][:2] for r in results))
-    lines = ["| task | optimizer | workers | method | accuracy | vs one process | vs sync | "
+    lines = ["| task | optimizer | workers | method | accuracy | vs one process | seed by seed | vs sync | "
              "steps to target | steps vs sync | bytes total | bytes / dense | unpacked / dense | "
-             "first 100 steps / steady, per step | bitmaps after step 3 |", "|---" * 14 + "|"]
+             "first 100 steps / steady, per step | bitmaps after step 3 |", "|---" * 15 + "|"]
     for name, optimizer in keys:
         mine = [r for r in results if r["job"][:2] == (name, optimizer)]
         one = [r for r in mine if r["job"][4] == "one"]
@@ -218,6 +234,7 @@ def table(results: list[dict[str, Any]], target: float) -> list[str]:
             syncs = _by_seed([r for r in mine if r["job"][2] == workers and r["job"][4] == "sync"], targets)
             vs_steps = _steps_vs_sync(group, syncs, reached) if method not in ("one", "sync") else "-"
             vs = f"{100 * (acc - one_acc):+.1f}" if one_acc is not None else "-"
+            paired = _paired(group, one)
             sync = [r["accuracy"] for r in mine if r["job"][2] == workers and r["job"][4] == "sync"]
             vs_sync = f"{100 * (acc - _median(sync)):+.1f}" if sync and method != "sync" else "-"
             total = _median([r["bytes"] for r in group])
@@ -228,7 +245,7 @@ def table(results: list[dict[str, Any]], target: float) -> list[str]:
             first = _median([r["first100"] / max(1, min(100, r["steps"])) / r["steady"]
                              for r in group]) if total else None
             lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {acc:.3f} | {vs} | "
-                         f"{vs_sync} | {steps} | {vs_steps} | "
+                         f"{paired} | {vs_sync} | {steps} | {vs_steps} | "
                          f"{total / 1e6:.2f} MB | {ratio} | {unpacked_ratio} | "
                          f"{'-' if first is None else f'{first:.2f}'} | "
                          f"{int(_median([r['bitmaps'] for r in group]))} |")
@@ -245,6 +262,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
     parser.add_argument("--methods", default="one,sync,exact,dl4j,default", help=",".join(METHODS))
+    parser.add_argument("--sparsity", type=float, default=DEFAULT_SPARSITY,
+                        help=f"the fraction of the elements the default method's quantile τ sends "
+                        f"(default {DEFAULT_SPARSITY}, the shipped default's)")
     parser.add_argument("--epochs", type=int, default=0,
                         help="epochs of every task (default: each task's own, see README)")
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")
@@ -274,15 +294,18 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         parser.error(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+    if not 0 < args.sparsity < 1:
+        parser.error(f"--sparsity must be in (0, 1), got {args.sparsity}")
+    sparsity = 0.0 if args.sparsity == DEFAULT_SPARSITY else args.sparsity  # the default's runs keep its key
     jobs = []
     for name in args.tasks.split(","):
         for optimizer in args.optimizers.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "one" in methods:
-                    jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs))
+                    jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs, sparsity))
                 for workers in (int(w) for w in args.workers.split(",")):
-                    jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs)
-                             for m in methods if m != "one"]
+                    jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs,
+                              sparsity) for m in methods if m != "one"]
     started = time.perf_counter()
     results = []
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

@@ -99,21 +99,30 @@ def main(argv: list[str] | None = None) -> int:
                         "(mlp, cnn, seq, mlp1m)")
     parser.add_argument("--workers", type=int, default=2, help="Spark executors and simulated workers")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per task (medians are reported)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
     parser.add_argument("--workers-per-node", type=int, default=1,
                         help="Spark: trainers in each task (SharedTrainingMaster(workers_per_node=)), so "
                         "--workers / this many tasks; the harness still simulates --workers workers")
     parser.add_argument("--master", default=None,
                         help="Spark master (default local-cluster[T,1,1024], T = the tasks)")
     parser.add_argument("--save", default=None, help="also write every run to this JSON file")
+    parser.add_argument("--load", metavar="FILES", help="run nothing: print the table of the runs saved "
+                        "by --save in these comma-separated files (with the same --workers)")
     args = parser.parse_args(argv)
+    if args.load:
+        runs = [run for path in args.load.split(",") for run in json.loads(Path(path).read_text())]
+        print(f"# {len(runs)} runs from {args.load}")
+        print(table(runs, args.workers))
+        return 0
     names = [t for t in args.tasks.split(",") if t]
     from quality import tasks as task_module
 
     unknown = sorted(set(names) - set(task_module.TASKS) - {"tiny"})
     if unknown or not names:
         parser.error(f"--tasks: unknown {unknown}; known: mlp, cnn, seq, mlp1m")
-    if args.workers < 1 or args.seeds < 1:
-        parser.error("--workers and --seeds must be >= 1")
+    if args.workers < 1 or args.seeds < 1 or args.first_seed < 0:
+        parser.error("--workers and --seeds must be >= 1, --first-seed >= 0")
     per_node = args.workers_per_node
     if per_node < 1 or args.workers % per_node:
         parser.error(f"--workers-per-node must divide --workers ({args.workers}), got {per_node}")
@@ -124,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     try:
         for name in names:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 task = task_module.make(name, seed)
                 for method in ("one", *WAYS):
                     runs.append({"task": name, "seed": seed, "way": "harness", "method": method,
@@ -149,23 +158,27 @@ LABELS = {("harness", "one"): "one process", ("harness", "default"): "harness, d
 
 
 def table(runs: list[dict[str, Any]], workers: int) -> str:
-    """One row per task and method: accuracy per seed, median, points against one process, bytes."""
-    lines = ["| task | workers | way | accuracy per seed | median | vs one process | steps, all workers | "
-             "bytes / dense |", "|---|---|---|---|---|---|---|---|"]
+    """One row per task and method: accuracy per seed, median, points against one process (the
+    difference of the medians, and seed by seed: the median of each seed's difference from its own
+    one-process run, on the same data set and initial weights), steps, bytes."""
+    lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
+             "steps, all workers | bytes / dense |", "|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["task"] for r in runs):
-        one = statistics.median(r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one")
+        ones = {r["seed"]: r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one"}
+        one = statistics.median(ones.values())
         for key, label in LABELS.items():
             group = [r for r in runs if r["task"] == name and (r["way"], r["method"]) == key]
             if not group:
                 continue
             accs = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]
             middle = statistics.median(accs)
+            paired = statistics.median(100 * (r["accuracy"] - ones[r["seed"]]) for r in group)
             share = "-" if key[1] == "one" else \
                 f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
             steps = statistics.median(r["steps"] for r in group)
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
-                         f"{100 * (middle - one):+.1f} | {steps:.0f} | {share} |")
+                         f"{100 * (middle - one):+.1f} | {paired:+.1f} | {steps:.0f} | {share} |")
     return "\n".join(lines)
 
 

@@ -246,9 +246,9 @@ def _three_seeds() -> list[dict]:
 def test_the_table_gives_each_seed_its_own_target_and_the_median_ratio_to_sync(tmp_path, capsys) -> None:
     runs = _three_seeds()
     rows = {line.split(" | ")[3]: line.split(" | ") for line in bench_quality.table(runs, 0.9)[2:]}
-    assert rows["sharing, quantile τ"][8] == "1.10x"
-    assert rows["sharing, quantile τ"][7] == "22"  # the median of 22, 10 and never
-    assert rows["sync averaging (DDP)"][7] == "10"
+    assert rows["sharing, quantile τ"][9] == "1.10x"
+    assert rows["sharing, quantile τ"][8] == "22"  # the median of 22, 10 and never
+    assert rows["sync averaging (DDP)"][8] == "10"
     # at 0.75x both reach every seed's target at the first evaluation; at 0.95x sync reaches only
     # seed 2's (0.475, at step 27.5), which sharing never does
     assert bench_quality.ratio_table(runs, [0.75, 0.95])[2] == \
@@ -258,9 +258,22 @@ def test_the_table_gives_each_seed_its_own_target_and_the_median_ratio_to_sync(t
     path.write_text(json.dumps({"argv": [], "runs": runs}))
     bench_quality.main(["--load", str(path), "--target", "0.9"])
     out = capsys.readouterr().out
-    assert "| mlp1m | adam | 4 | sharing, quantile τ | 0.570 | -3.0 | +1.0 | 22 | 1.10x |" in out
+    assert "| mlp1m | adam | 4 | sharing, quantile τ | 0.570 | -3.0 | -3.0 | +1.0 | 22 | 1.10x |" in out
     bench_quality.main(["--load", str(path), "--target", "1.0"])  # sync reaches none of the targets
-    assert "| 4 | sharing, quantile τ | 0.570 | -3.0 | +1.0 | - | - |" in capsys.readouterr().out
+    assert "| 4 | sharing, quantile τ | 0.570 | -3.0 | -3.0 | +1.0 | - | - |" in capsys.readouterr().out
+
+
+def test_seed_by_seed_compares_each_run_with_its_own_seeds_one_process() -> None:
+    """One process ends at 0.9, 0.8 and 0.7 on seeds 0-2 and a method at 0.91, 0.69 and 0.71 (and 0.1
+    on seed 3, which has no one-process run): the medians differ by 10 points, while the method is 1
+    point ahead on two of the three seeds it can be compared on (+1, -11, +1: median +1)."""
+    runs = []
+    for seed, (one, mine) in enumerate([(0.9, 0.91), (0.8, 0.69), (0.7, 0.71)]):
+        runs += [_record(1, seed, "one", [(100, one)]), _record(4, seed, "quantile", [(50, mine)])]
+    runs.append(_record(4, 3, "quantile", [(50, 0.1)]))  # no one-process run of seed 3
+    row = bench_quality.table(runs, 0.9)[3].split(" | ")
+    assert row[3] == "sharing, quantile τ"
+    assert (row[5], row[6]) == ("-10.0", "+1.0")  # the medians: 0.70 over four seeds against 0.8
 
 
 def test_epochs_given_on_the_command_line_replace_the_tasks_own_and_name_the_rows() -> None:
