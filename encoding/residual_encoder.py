@@ -93,7 +93,14 @@ class ResidualEncoder:
         message, residual and threshold state are bit for bit those of ``encode_update``."""
         if self.device is not None or not _same_vectors(self.residual, after, before):
             return self.encode_update(np.subtract(after, before) if self.device is None else after - before)
-        if self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
+        sampling = None if self.debug else _sampling(self.threshold_algorithm, self.size)
+        if sampling is not None:  # tau from the sum at the sampled elements only: still one pass
+            stride, prepare_sample = sampling
+            prepare_sample(self.residual[::stride] + np.subtract(after[::stride], before[::stride]))
+            tau = self.threshold_algorithm.threshold
+            message, count = add_difference_encode_counted(self.residual, after, before, tau,
+                                                           threads=self.threads)
+        elif self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
             add_difference(self.residual, after, before)
             tau = self._threshold()
             if self.debug:
@@ -110,12 +117,18 @@ class ResidualEncoder:
         step buffer and the live parameters) and add the message to ``live`` in the same pass;
         post-process the gap by moving ``step``; let the algorithm observe. Threshold state, ``steps``
         and ``last_count`` advance as in ``encode_update``. On the host only; ``self.residual`` is then
-        scratch, holding the gap only while a threshold algorithm with ``prepare``, the debug
-        statistics or a post-processor of the user's own must see it. ResidualClipping clips the gap
-        inside the encoding pass on its steps (``encode_gap_counted(clip=)``)."""
+        scratch, holding the gap only while a threshold algorithm with ``prepare`` (and no
+        ``prepare_sample``), the debug statistics or a post-processor of the user's own must see it.
+        ResidualClipping clips the gap inside the encoding pass on its steps
+        (``encode_gap_counted(clip=)``)."""
         if self.device is not None:
             raise ValueError("encode_gap works on host vectors; a device encoder takes encode_update")
-        if self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
+        sampling = None if self.debug else _sampling(self.threshold_algorithm, self.size)
+        if sampling is not None:  # tau from the gap at the sampled elements only
+            stride, prepare_sample = sampling
+            prepare_sample(np.subtract(step[::stride], live[::stride]))
+            tau = self.threshold_algorithm.threshold
+        elif self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
             np.subtract(step, live, out=self.residual)
             tau = self._threshold()
             if self.debug:
@@ -190,6 +203,20 @@ class ResidualEncoder:
 
 
 _BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
+def _sampling(algorithm: Any, n: int) -> tuple[int, Any] | None:
+    """(stride, prepare_sample) of a threshold algorithm whose ``prepare(residual)`` is
+    ``prepare_sample(residual[::sample_stride(n)])``, for a residual of ``n`` elements; None for any
+    other (it gets ``prepare`` with the whole residual written out, or nothing)."""
+    prepare_sample = getattr(algorithm, "prepare_sample", None)
+    sample_stride = getattr(algorithm, "sample_stride", None)
+    if prepare_sample is None or sample_stride is None:
+        return None
+    stride = sample_stride(n)
+    if isinstance(stride, bool) or not isinstance(stride, int | np.integer) or stride < 1:
+        raise ValueError(f"{type(algorithm).__name__}.sample_stride({n}) must be an int >= 1, got {stride!r}")
+    return int(stride), prepare_sample
 
 
 def _same_vectors(residual: np.ndarray, *arrays: Any) -> bool:

@@ -236,15 +236,26 @@ class SampledQuantileThreshold(_Base):
         averaged.steps = max(s.steps if isinstance(s, cls) else cls.from_state(s).steps for s in states)
         return averaged
 
+    def sample_stride(self, n: int) -> int:
+        """Every how many elements ``prepare`` samples a residual of ``n`` elements."""
+        return max(1, -(-n // self.sample))
+
     def prepare(self, residual: Any) -> None:
         """Set tau from ``residual`` (a 1-D NumPy array or torch tensor, read only)."""
         n = int(residual.shape[0])
         if n == 0:
             return
+        self.prepare_sample(residual[::self.sample_stride(n)])
+
+    def prepare_sample(self, picked: Any) -> None:
+        """``prepare`` from the sample alone: ``picked`` is the residual's every ``sample_stride(n)``-th
+        element (``residual[::stride]``). An encoder whose residual is a sum it never writes out (the
+        fused ``encode_difference``, the implicit residual's ``encode_gap``) computes just these
+        elements, and saves the pass that would write the whole sum first."""
+        if int(picked.shape[0]) == 0:
+            return
         sparsity = self.current_sparsity()
         self.steps += 1
-        stride = max(1, -(-n // self.sample))
-        picked = residual[::stride]
         rank = max(1, math.ceil(len(picked) * sparsity))  # the rank-th largest |r| of the sample
         if isinstance(picked, np.ndarray):
             magnitudes = np.abs(picked)

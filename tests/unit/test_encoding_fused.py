@@ -157,3 +157,73 @@ def test_encoder_encode_difference_of_another_dtype_falls_back() -> None:
     after = before + rng.standard_normal(100) * 1e-3
     np.testing.assert_array_equal(fused.encode_difference(after, before), apart.encode_update(after - before))
     np.testing.assert_array_equal(fused.residual, apart.residual)
+
+
+class _SampleOnly(SampledQuantileThreshold):
+    """The quantile threshold, recording each sample it is given; its whole-residual ``prepare`` must
+    not be reached on the fused paths."""
+
+    def __init__(self, **settings) -> None:
+        super().__init__(**settings)
+        self.samples: list[int] = []
+        self.whole = 0
+
+    def prepare(self, residual) -> None:
+        self.whole += 1
+        super().prepare(residual)
+
+    def prepare_sample(self, picked) -> None:
+        self.samples.append(int(picked.shape[0]))
+        super().prepare_sample(picked)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sampled_threshold_is_given_only_the_sum_at_its_sampled_elements(dtype) -> None:
+    """``encode_difference`` with the quantile threshold never writes the sum out before encoding: the
+    algorithm gets the 500 elements of its stride (5000 / 512 -> every 10th), and every message, the
+    residual and tau are bit for bit those of ``encode_update(after - before)`` with the plain
+    algorithm, which is given the whole residual."""
+    n = 5000
+    fused = ResidualEncoder(n, dtype=dtype, threshold_algorithm=_SampleOnly(sample=512, sparsity=0.03))
+    apart = ResidualEncoder(n, dtype=dtype, threshold_algorithm=SampledQuantileThreshold(sample=512,
+                                                                                         sparsity=0.03))
+    rng = np.random.default_rng(4)
+    params = rng.standard_normal(n).astype(dtype)
+    for _ in range(20):
+        after = (params + rng.standard_normal(n) * rng.choice([1e-4, 1e-3])).astype(dtype)
+        m1, m2 = fused.encode_difference(after, params), apart.encode_update(after - params)
+        assert (m1 is None) == (m2 is None)
+        if m1 is not None:
+            np.testing.assert_array_equal(m1, m2)
+        np.testing.assert_array_equal(_bits(fused.residual), _bits(apart.residual))
+        assert fused.threshold_algorithm.threshold == apart.threshold_algorithm.threshold
+        params = after
+    assert fused.threshold_algorithm.samples == [500] * 20 and fused.threshold_algorithm.whole == 0
+    assert fused.threshold_algorithm.steps == apart.threshold_algorithm.steps == 20
+
+
+def test_a_sampled_threshold_refuses_a_non_finite_sum_as_the_passes_apart() -> None:
+    """An inf in the step: both ways raise, and both residuals hold the whole sum, the inf included,
+    with the algorithm's state alike."""
+    n = 2000
+    fused = ResidualEncoder(n, threshold_algorithm=SampledQuantileThreshold(sample=256))
+    apart = ResidualEncoder(n, threshold_algorithm=SampledQuantileThreshold(sample=256))
+    residual, after, before = _vectors(n, np.float32, seed=6)
+    after[1234] = np.inf
+    with pytest.raises(NonFiniteResidualError):
+        fused.encode_difference(after, before)
+    with pytest.raises(NonFiniteResidualError):
+        apart.encode_update(after - before)
+    np.testing.assert_array_equal(_bits(fused.residual), _bits(apart.residual))
+    assert fused.threshold_algorithm.get_state() == apart.threshold_algorithm.get_state()
+
+
+def test_a_sample_stride_that_is_not_a_positive_int_is_refused_by_name() -> None:
+    class BadStride(SampledQuantileThreshold):
+        def sample_stride(self, n: int) -> int:
+            return 0
+
+    encoder = ResidualEncoder(100, threshold_algorithm=BadStride())
+    residual, after, before = _vectors(100, np.float32, seed=1)
+    with pytest.raises(ValueError, match=r"BadStride.sample_stride\(100\) must be an int >= 1, got 0"):
+        encoder.encode_difference(after, before)

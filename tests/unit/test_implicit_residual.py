@@ -255,3 +255,29 @@ def test_warm_up_compiles_before_joining_and_changes_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"], done.stdout
+
+
+def test_a_sampled_threshold_never_writes_the_gap_out() -> None:
+    """With the quantile threshold the gap is computed at the sampled elements only: the encoder's
+    scratch vector is never written, and the messages, tau and live parameters are those of
+    ``encode_update`` of the gap written out."""
+    n = 4000
+    gapped = ResidualEncoder(n, threshold_algorithm=SampledQuantileThreshold(sample=400, sparsity=0.03),
+                             post_processor=NoResidualPostProcessor())
+    apart = ResidualEncoder(n, threshold_algorithm=SampledQuantileThreshold(sample=400, sparsity=0.03),
+                            post_processor=NoResidualPostProcessor())
+    gapped.residual[...] = np.nan  # the scratch: untouched unless the gap is written out
+    step, live = _pair(n, np.float32, seed=3)
+    expected_live = live.copy()
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        step += (rng.standard_normal(n) * 1e-3).astype(np.float32)
+        apart.residual[...] = 0
+        expected = apart.encode_update(np.subtract(step, live))
+        message = gapped.encode_gap(step, live)
+        assert message is not None and expected is not None
+        np.testing.assert_array_equal(message, expected)
+        decode(expected, expected_live)
+        np.testing.assert_array_equal(live, expected_live)
+        assert gapped.threshold_algorithm.threshold == apart.threshold_algorithm.threshold
+    assert np.isnan(gapped.residual).all()
