@@ -227,3 +227,16 @@ def test_a_sample_stride_that_is_not_a_positive_int_is_refused_by_name() -> None
     residual, after, before = _vectors(100, np.float32, seed=1)
     with pytest.raises(ValueError, match=r"BadStride.sample_stride\(100\) must be an int >= 1, got 0"):
         encoder.encode_difference(after, before)
+
+
+def test_the_sampled_threshold_benchmark_runs_and_checks_both_ways_agree() -> None:
+    """scripts/bench_sampled_threshold.py, briefly: one row per path, each step's messages compared."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_sampled_threshold.py"
+    argv = [sys.executable, str(script), "--sizes", "1m", "--iterations", "3", "--repeats", "1"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| difference") or line.startswith("| gap")]
+    assert [row.split(" | ")[0:2] for row in rows] == [["| difference", "1m"], ["| gap", "1m"]]
