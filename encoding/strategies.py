@@ -1,11 +1,11 @@
 """The two strategy interfaces of a residual encoder, open to a user's own classes.
 
 A **threshold algorithm** picks tau for every encoding step; a **residual post-processor** changes the
-residual after each step. psrv ships FixedThreshold, AdaptiveThreshold and TargetSparsityThreshold
-(psrv.encoding.thresholds) and ResidualClipping and NoResidualPostProcessor (psrv.encoding.postprocess),
-but any class with the members below works, on one machine and on Spark, where the class itself travels
-to the executors (by value when it is defined in a script's ``__main__`` or a notebook) and every task
-rebuilds its own copy with ``from_state``.
+residual after each step. psrv ships FixedThreshold, AdaptiveThreshold, TargetSparsityThreshold and
+SampledQuantileThreshold (psrv.encoding.thresholds) and ResidualClipping and NoResidualPostProcessor
+(psrv.encoding.postprocess), but any class with the members below works, on one machine and on Spark,
+where the class itself travels to the executors (by value when it is defined in a script's ``__main__``
+or a notebook) and every task rebuilds its own copy with ``from_state``.
 
 State is a plain dict of msgpack/JSON-able values (numbers, strings, lists, dicts): it is broadcast to
 the tasks, returned by them, averaged on the driver and written into checkpoints. ``from_state`` must
@@ -23,7 +23,13 @@ from psrv.encoding.errors import InvalidStateError
 
 @runtime_checkable
 class ThresholdAlgorithm(Protocol):
-    """Picks the threshold tau of each encoding step. Holds no clock: it advances once per ``observe``."""
+    """Picks the threshold tau of each encoding step. Holds no clock: it advances once per ``observe``.
+
+    Optional members the encoder uses where present: ``prepare(residual)`` sets tau from the residual
+    before each encoding (the fused step paths then write the residual out first); ``sample_stride(n)``
+    with ``prepare_sample(picked)`` promise that ``prepare(r)`` is ``prepare_sample(r[::sample_stride(n)])``,
+    so those paths compute only the sampled elements (SampledQuantileThreshold).
+    """
 
     #: the tau of the next step (positive and finite)
     threshold: float
