@@ -189,8 +189,10 @@ class SampledQuantileThreshold(_Base):
             raise ValueError(f"warmup must be an int >= 0 (steps), got {warmup!r}")
         self.warmup = warmup
         self.warmup_sparsity = _positive("warmup_sparsity", warmup_sparsity)
-        if not self.sparsity <= self.warmup_sparsity < 1:
-            raise ValueError(f"warmup_sparsity must be in [sparsity, 1), got {warmup_sparsity} "
+        if self.warmup_sparsity >= 1:
+            raise ValueError(f"warmup_sparsity must be in (0, 1), got {warmup_sparsity}")
+        if warmup and self.warmup_sparsity < self.sparsity:  # without a warm-up it is never used
+            raise ValueError(f"warmup_sparsity must be in [sparsity, 1) for a warm-up, got {warmup_sparsity} "
                              f"(sparsity {self.sparsity})")
         self.threshold = self.initial
         self.steps = 0

@@ -68,6 +68,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
 
     name, optimizer, workers, seed, method, delay, jitter, epochs = job[:8]
     sparsity = job[8] if len(job) > 8 and job[8] else DEFAULT_SPARSITY
+    interleave = bool(job[9]) if len(job) > 9 else False
     task = tasks.make(name, seed, **({"epochs": epochs} if epochs else {}))
     setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed)
     started = time.perf_counter()
@@ -110,7 +111,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                              scale_momentum=True),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True)}[method]
-        config.delay, config.jitter = delay, jitter
+        config.delay, config.jitter, config.interleave = delay, jitter, interleave
         result = harness.sharing(task, setting, config, LABELS[method])
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,
             "bytes": result.bytes_total, "unpacked": result.bytes_unpacked or result.bytes_total,
@@ -162,16 +163,18 @@ def _by_seed(runs: list[dict[str, Any]], targets: dict[int, float]) -> dict[int,
 
 def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with ``job`` as (task, optimizer, workers, seed, method); a task run for other than its
-    own epochs, with a delay or with the default at another sparsity is named with them ("mlp1m, 4
-    epochs", "cnn, delay 1+2", "seq, sparsity 0.015"), so that runs loaded together are compared only
-    with their like."""
+    own epochs, with a delay, with the default at another sparsity or with the workers interleaved is
+    named with them ("mlp1m, 4 epochs", "cnn, delay 1+2", "seq, sparsity 0.015", "cnn, interleaved"),
+    so that runs loaded together are compared only with their like."""
     keyed = []
     for r in results:
         name, optimizer, workers, seed, method, delay, jitter = r["job"][:7]
         epochs = r["job"][7] if len(r["job"]) > 7 else 0
         sparsity = r["job"][8] if len(r["job"]) > 8 else 0
+        interleave = r["job"][9] if len(r["job"]) > 9 else False
         name += f", {epochs} epochs" if epochs else ""
         name += f", sparsity {sparsity}" if sparsity else ""
+        name += ", interleaved" if interleave else ""
         name += f", delay {delay}+{jitter}" if delay or jitter else ""
         keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
     return keyed
@@ -269,6 +272,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="epochs of every task (default: each task's own, see README)")
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")
     parser.add_argument("--jitter", type=int, default=0, help="up to this many more rounds, per receiver")
+    parser.add_argument("--interleave", action="store_true",
+                        help="sharing's workers step one after the other within a round, each after the "
+                        "round's earlier workers' updates arrived (with --delay 0), as workers taking "
+                        "turns on few cores do; by default every worker of a round steps from the "
+                        "round's common point (lock-step)")
     parser.add_argument("--target", type=float, default=0.97,
                         help="steps to target: to this fraction of one process's final accuracy")
     parser.add_argument("--targets", metavar="FRACTIONS",
@@ -294,18 +302,23 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         parser.error(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
-    if not 0 < args.sparsity < 1:
-        parser.error(f"--sparsity must be in (0, 1), got {args.sparsity}")
+    from psrv.encoding import SampledQuantileThreshold
+
+    try:  # refused here, before any run, as the threshold refuses it
+        SampledQuantileThreshold(sparsity=args.sparsity)
+    except ValueError as exc:
+        parser.error(f"--sparsity: {exc}")
     sparsity = 0.0 if args.sparsity == DEFAULT_SPARSITY else args.sparsity  # the default's runs keep its key
     jobs = []
     for name in args.tasks.split(","):
         for optimizer in args.optimizers.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "one" in methods:
-                    jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs, sparsity))
+                    jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs, sparsity,
+                                 args.interleave))
                 for workers in (int(w) for w in args.workers.split(",")):
                     jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs,
-                              sparsity) for m in methods if m != "one"]
+                              sparsity, args.interleave) for m in methods if m != "one"]
     started = time.perf_counter()
     results = []
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

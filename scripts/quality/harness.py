@@ -57,12 +57,13 @@ class Setting:
     evals: int = 12  # evaluations of the test accuracy over the run (for steps to target)
     target: float | None = None  # test accuracy that counts as reached
     test_rows: int = 4000
+    momentum: float = 0.9  # SGD's (0: plain SGD, whose workers keep no state of their own)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.lr or 1e-3)
         if self.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.lr or 0.01, momentum=0.9)
+            return torch.optim.SGD(params, lr=self.lr or 0.01, momentum=self.momentum)
         raise ValueError(f"optimizer: expected 'adam' or 'sgd', got {self.optimizer!r}")
 
 
@@ -80,6 +81,9 @@ class Sharing:
     masking: bool = False  # momentum factor masking: clear the optimizer's momentum where sent
     own_point: bool = False  # steps from the replica plus the worker's residual (step_from="own")
     scale_momentum: bool = False  # each worker's momentum = given ** workers (psrv.nn.momentum)
+    # the workers of a round step one after the other, each after what the workers before it in the
+    # round sent has arrived (with delay 0); else every worker of a round steps from the same point
+    interleave: bool = False
 
 
 @dataclass
@@ -285,6 +289,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     shared = [net.params.copy() for net in nets] if config.own_point else None
     for r, round_ in enumerate(rounds):
         for w, (net, encoder, (x, y)) in enumerate(zip(nets, encoders, round_, strict=True)):
+            if config.interleave:  # what the workers before this one sent in this round is due now
+                _deliver(net.params if shared is None else shared[w], pending[w], r - 1, config.codec)
             if shared is not None:
                 np.add(shared[w], encoder.residual, out=net.params)
             update, _ = net.compute_update(x.astype(np_dtype), _onehot(y, task.classes, np_dtype))
@@ -306,7 +312,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
             for v in range(len(nets)):
                 if v != w:
                     due = r + config.delay + (int(rng.integers(0, config.jitter + 1)) if config.jitter else 0)
-                    pending[v].append((due, message))
+                    later = config.interleave and v > w  # it steps after this worker in this round
+                    pending[v].append((due - 1 if later else due, message))
         for v, net in enumerate(nets):
             _deliver(net.params if shared is None else shared[v], pending[v], r, config.codec)
         if r + 1 in points:

@@ -144,9 +144,10 @@ def test_warmup_ramps_the_sent_fraction_down_and_resumes_where_it_was() -> None:
            if k not in ("warmup", "warmup_sparsity", "steps")}
     assert threshold_algorithm_from_state(old) == SampledQuantileThreshold()  # saved before the warm-up
     for kwargs in ({"warmup": -1}, {"warmup": 2.0}, {"warmup_sparsity": 1.0},
-                   {"sparsity": 0.2, "warmup_sparsity": 0.1}):
+                   {"sparsity": 0.2, "warmup_sparsity": 0.1, "warmup": 5}):
         with pytest.raises(ValueError):
             SampledQuantileThreshold(**kwargs)
+    assert SampledQuantileThreshold(sparsity=0.2).current_sparsity() == 0.2  # no warm-up: 0.1 unused
 
 
 def test_for_steps_sends_one_over_the_run_length_within_its_bounds_and_round_trips() -> None:

@@ -83,6 +83,32 @@ def test_synchronous_averaging_is_one_process_with_the_combined_batch(optimizer)
             np.testing.assert_allclose(synchronous.params, one.params, rtol=1e-10, atol=1e-12)
 
 
+def test_interleaved_workers_without_quantization_are_one_process_for_plain_sgd() -> None:
+    """Workers stepping one after the other, each after the round's earlier workers' updates arrived,
+    with plain SGD (no state of their own) and every step sent whole: the replicas take one process's
+    steps over the same minibatches in the same order (equal up to the rounding of adding a step as a
+    difference). Lock-step rounds, where each worker steps from the round's common point, do not."""
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer="sgd", momentum=0.0, workers=3)
+    one = harness.one_process(task, setting, F64)
+    interleaved = harness.sharing(task, setting, harness.Sharing(codec="exact", interleave=True), dtype=F64)
+    lockstep = harness.sharing(task, setting, harness.Sharing(codec="exact"), dtype=F64)
+    np.testing.assert_allclose(interleaved.params, one.params, rtol=1e-10, atol=1e-12)
+    assert interleaved.replica_gap < 1e-12
+    assert np.max(np.abs(lockstep.params - one.params)) > 1e-6
+
+
+def test_interleaved_workers_with_a_delay_still_drain_to_the_master_copy() -> None:
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer="adam", workers=3)
+    config = harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1, own_point=True, interleave=True)
+    result = harness.sharing(task, setting, config, dtype=F64)
+    assert result.replica_gap < 1e-12 and result.bytes_total > 0
+    plain = harness.sharing(task, setting, harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1,
+                                                           own_point=True), dtype=F64)
+    assert not np.array_equal(result.params, plain.params)
+
+
 def test_sharing_with_delay_and_jitter_drains_every_replica_to_the_master_copy() -> None:
     task = tasks.make("tiny", epochs=2)
     setting = harness.Setting(optimizer="adam", workers=3)
@@ -286,3 +312,28 @@ def test_epochs_given_on_the_command_line_replace_the_tasks_own_and_name_the_row
                     ["| tiny, 3 epochs", "adam", "2", "sync averaging (DDP)"]]
     delayed = {**longer, "job": ("tiny", "adam", 2, 0, "sync", 1, 2, 3)}
     assert bench_quality.table([delayed], 0.5)[2].startswith("| tiny, 3 epochs, delay 1+2 | adam | 2 |")
+
+
+def test_the_sparsity_and_interleaving_of_a_run_reach_it_and_name_its_rows(monkeypatch) -> None:
+    """``--sparsity`` changes the default method's τ (more elements sent: more bytes) and
+    ``--interleave`` the harness's schedule; both name the rows they made."""
+    schedules = []
+    sharing = harness.sharing
+
+    def recording(task, setting, config, *args, **kwargs):
+        schedules.append(config.interleave)
+        return sharing(task, setting, config, *args, **kwargs)
+
+    monkeypatch.setattr(harness, "sharing", recording)
+    base = ("tiny", "adam", 2, 0, "default", 0, 0, 0)
+    plain = bench_quality._run(base)
+    denser = bench_quality._run((*base, 0.08))
+    interleaved = bench_quality._run((*base, 0.0, True))
+    assert denser["bytes"] > plain["bytes"] > 0
+    assert schedules == [False, False, True]
+    rows = [bench_quality.table([run], 0.5)[2].split(" | ")[0] for run in (plain, denser, interleaved)]
+    assert rows == ["| tiny", "| tiny, sparsity 0.08", "| tiny, interleaved"]
+    script = str(ROOT / "scripts" / "bench_quality.py")
+    refused = subprocess.run([sys.executable, script, "--sparsity", "1.5"], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and "--sparsity: sparsity must be in (0, 1), got 1.5" in refused.stderr
