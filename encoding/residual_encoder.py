@@ -93,11 +93,8 @@ class ResidualEncoder:
         message, residual and threshold state are bit for bit those of ``encode_update``."""
         if self.device is not None or not _same_vectors(self.residual, after, before):
             return self.encode_update(np.subtract(after, before) if self.device is None else after - before)
-        sampling = None if self.debug else _sampling(self.threshold_algorithm, self.size)
-        if sampling is not None:  # tau from the sum at the sampled elements only: still one pass
-            stride, prepare_sample = sampling
-            prepare_sample(self.residual[::stride] + np.subtract(after[::stride], before[::stride]))
-            tau = self.threshold_algorithm.threshold
+        tau = self._sampled_threshold(lambda s: self.residual[::s] + np.subtract(after[::s], before[::s]))
+        if tau is not None:  # from the sum at the sampled elements only: still one pass
             message, count = add_difference_encode_counted(self.residual, after, before, tau,
                                                            threads=self.threads)
         elif self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
@@ -123,17 +120,13 @@ class ResidualEncoder:
         (``encode_gap_counted(clip=)``)."""
         if self.device is not None:
             raise ValueError("encode_gap works on host vectors; a device encoder takes encode_update")
-        sampling = None if self.debug else _sampling(self.threshold_algorithm, self.size)
-        if sampling is not None:  # tau from the gap at the sampled elements only
-            stride, prepare_sample = sampling
-            prepare_sample(np.subtract(step[::stride], live[::stride]))
-            tau = self.threshold_algorithm.threshold
-        elif self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None:
+        tau = self._sampled_threshold(lambda s: np.subtract(step[::s], live[::s]))  # the gap, sampled
+        if tau is None and (self.debug or getattr(self.threshold_algorithm, "prepare", None) is not None):
             np.subtract(step, live, out=self.residual)
             tau = self._threshold()
             if self.debug:
                 self.last_stats = encoding_stats(self.residual, tau)
-        else:
+        elif tau is None:
             tau = self.threshold_algorithm.threshold
         processor = self.post_processor
         clipping = type(processor) is ResidualClipping  # clipped inside the encoding pass when due
@@ -176,6 +169,17 @@ class ResidualEncoder:
             self.last_stats = encoding_stats(self.residual.cpu().numpy(), tau)
         message, count = device.encode_counted(self.residual, tau)
         return self._after_encode(message, count, tau)
+
+    def _sampled_threshold(self, sample: Any) -> float | None:
+        """tau for this step from the residual's sampled elements alone, computed by ``sample(stride)``,
+        where the threshold algorithm takes a strided sample (``sample_stride`` and ``prepare_sample``)
+        and no debug statistics need the whole residual; None otherwise."""
+        sampling = None if self.debug else _sampling(self.threshold_algorithm, self.size)
+        if sampling is None:
+            return None
+        stride, prepare_sample = sampling
+        prepare_sample(sample(stride))
+        return self.threshold_algorithm.threshold
 
     def _threshold(self) -> float:
         """tau for this step; an algorithm with ``prepare(residual)`` sees the residual first."""

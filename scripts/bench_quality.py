@@ -202,14 +202,20 @@ def ratio_table(results: list[dict[str, Any]], fractions: list[float]) -> list[s
     return lines
 
 
-def _paired(group: list[dict[str, Any]], one: list[dict[str, Any]]) -> str:
-    """The median over the seeds of each seed's accuracy minus that seed's one-process accuracy, in
-    points. Every seed makes its own data set and initial weights, and one process's accuracy varies
-    from seed to seed by more than the methods differ (``cnn``: 0.79 to 0.92), so the difference of the
-    medians ("vs one process") compares runs of different seeds; this compares each run with its own."""
-    mine = {r["job"][3]: r["accuracy"] for r in one}
-    differences = [100 * (r["accuracy"] - mine[r["job"][3]]) for r in group if r["job"][3] in mine]
+def seed_by_seed(accuracies: list[tuple[int, float]], ones: dict[int, float]) -> str:
+    """The median over the seeds of each (seed, accuracy) minus that seed's one-process accuracy, in
+    points ("-" where no seed has one). Every seed makes its own data set and initial weights, and one
+    process's accuracy varies from seed to seed by more than the methods differ (``cnn``: 0.79 to
+    0.92), so the difference of the medians compares runs of different seeds; this compares each run
+    with its own."""
+    differences = [100 * (accuracy - ones[seed]) for seed, accuracy in accuracies if seed in ones]
     return f"{_median(differences):+.1f}" if differences else "-"
+
+
+def _paired(group: list[dict[str, Any]], one: list[dict[str, Any]]) -> str:
+    """``seed_by_seed`` of runs of ``_run``."""
+    ones = {r["job"][3]: r["accuracy"] for r in one}
+    return seed_by_seed([(r["job"][3], r["accuracy"]) for r in group], ones)
 
 
 def table(results: list[dict[str, Any]], target: float) -> list[str]:

@@ -27,6 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_quality import seed_by_seed  # noqa: E402  (scripts/ is not a package)
+
 WAYS = ("default", "dl4j")
 
 
@@ -172,13 +174,13 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
                 continue
             accs = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]
             middle = statistics.median(accs)
-            paired = statistics.median(100 * (r["accuracy"] - ones[r["seed"]]) for r in group)
+            paired = seed_by_seed([(r["seed"], r["accuracy"]) for r in group], ones)
             share = "-" if key[1] == "one" else \
                 f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
             steps = statistics.median(r["steps"] for r in group)
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
-                         f"{100 * (middle - one):+.1f} | {paired:+.1f} | {steps:.0f} | {share} |")
+                         f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} |")
     return "\n".join(lines)
 
 
