@@ -1,4 +1,4 @@
-"""Momentum for N workers that share their steps: each worker's Adam beta1 becomes beta1 ** N.
+"""Momentum for N workers that share their steps: each worker's momentum becomes the given one ** N.
 
 One process's momentum forgets at ``beta`` per minibatch. When N workers share their steps, every
 replica moves by the N workers' steps in the time each worker takes one, and each worker's momentum
@@ -8,14 +8,23 @@ adds momentum of its own. Setting each worker's coefficient to ``beta ** N`` res
 forgetting rate per minibatch. Measured with the quality harness (README, "How much a step learns"),
 it is what closes most of the gap to one process at 4 and 8 workers.
 
-Only the first-moment coefficient of adaptive optimizers changes: ``betas[0]`` of every torch param
-group that has ``betas`` (Adam, AdamW, NAdam, RAdam, Adamax ...) and ``beta1`` of a ``psrv.nn`` updater.
-Adam's step does not grow with beta1 (its bias correction normalizes the average), so the coefficient
-changes how fast the step forgets and nothing else. SGD's momentum is left as given: there it also
-sets the step's size (lr / (1 - momentum)), and lowering it measured worse in the harness. The
-coefficient the user gave is kept beside it (``psrv_momentum_given`` in a param group, an attribute on an
-updater), so a second call, with any worker count, starts from the given value again and ``workers=1``
-restores it.
+Adaptive optimizers: the first-moment coefficient, ``betas[0]`` of every torch param group that has
+``betas`` (Adam, AdamW, NAdam, RAdam, Adamax ...) and ``beta1`` of a ``psrv.nn`` ``Adam``. Adam's step
+does not grow with beta1 (its bias correction normalizes the average), so nothing else changes.
+
+SGD with momentum (torch's ``SGD``, plain or Nesterov, and ``psrv.nn``'s ``Nesterov``): there the
+momentum also sets the step's size, ``lr / (1 - momentum)`` times the gradient once the momentum has
+built up. Lowering the momentum alone shrinks every step (it lost up to 19 points in the harness), so
+the learning rate is scaled with it, by ``(1 - momentum ** N) / (1 - momentum)``: each minibatch then
+moves the model as far as in one process, and its momentum forgets as fast. Optimizers with neither
+(plain SGD, AdaGrad, RMSprop) are left as given.
+
+What the user gave is kept beside it (``psrv_momentum_given`` and ``psrv_lr_factor`` in a torch param
+group; attributes on a ``psrv.nn`` updater), so a second call, with any worker count, starts from the
+given values again and ``workers=1`` restores them. The learning rate is kept as a factor, so a torch LR
+scheduler that multiplies ``lr`` in place (StepLR, ExponentialLR, MultiStepLR ...) keeps its effect; one
+that sets ``lr`` from the values it saw when built (LambdaLR, OneCycleLR) overrides the factor unless it
+is built after this call.
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ from typing import Any
 from psrv.nn.errors import ConfigError
 from psrv.nn.updaters import Updater
 
-__all__ = ["MomentumChange", "momentum_for_workers"]
+__all__ = ["MomentumChange", "lr_factor", "momentum_for_workers"]
 
 #: where a torch param group keeps the coefficient its user gave
 GIVEN_KEY = "psrv_momentum_given"
+#: where a torch SGD param group keeps its learning rate as given, as set, and the factor between them
+LR_FACTOR_KEY = "psrv_lr_factor"
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,9 @@ class MomentumChange:
 
 def momentum_for_workers(target: Any, workers: int) -> list[MomentumChange]:
     """Set the momentum of ``target`` (a torch optimizer, a network holding one as ``optimizer``, or a
-    ``psrv.nn`` network or updater) to the given coefficient ``** workers``; returns what it set (empty
-    where there is no first-moment coefficient to set: SGD, AdaGrad, RMSprop)."""
+    ``psrv.nn`` network or updater) to the given coefficient ``** workers`` (with SGD's learning rate
+    scaled to keep its step size); returns what it set (empty where there is no momentum to set: plain
+    SGD, AdaGrad, RMSprop)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"momentum_for_workers: workers must be an int >= 1, got {workers!r}")
     updater = getattr(target, "updater", target)  # a psrv.nn network's, or the updater itself
@@ -58,6 +70,13 @@ def momentum_for_workers(target: Any, workers: int) -> list[MomentumChange]:
     return _torch(optimizer, workers)
 
 
+def lr_factor(momentum: float, workers: int) -> float:
+    """What SGD's learning rate is multiplied by when its ``momentum`` becomes ``momentum ** workers``:
+    ``(1 - momentum ** workers) / (1 - momentum)``, so that ``lr / (1 - momentum)``, the step a
+    gradient makes once the momentum has built up, stays as given."""
+    return (1.0 - momentum ** workers) / (1.0 - momentum)
+
+
 def _torch(optimizer: Any, workers: int) -> list[MomentumChange]:
     changes = []
     kind = type(optimizer).__name__
@@ -67,14 +86,46 @@ def _torch(optimizer: Any, workers: int) -> list[MomentumChange]:
             now = given ** workers
             group["betas"] = (now, *tuple(group["betas"])[1:])
             changes.append(MomentumChange(f"{kind} betas[0]", given, now))
+        elif "dampening" in group and float(group.get(GIVEN_KEY, group.get("momentum", 0.0))) > 0.0:
+            changes.extend(_torch_sgd(kind, group, workers))
     return changes
 
 
-def _native(updater: Any, workers: int) -> list[MomentumChange]:
-    value = getattr(updater, "beta1", None)
-    if not isinstance(value, float):
+def _torch_sgd(kind: str, group: dict[str, Any], workers: int) -> list[MomentumChange]:
+    """SGD's param group (it alone has ``dampening``): momentum ** workers, the lr scaled to match."""
+    given = float(group.setdefault(GIVEN_KEY, float(group["momentum"])))
+    if given >= 1.0:  # torch takes it; its step has no finite size to keep, so it is left as given
         return []
-    given = float(getattr(updater, "momentum_given", value))
-    updater.momentum_given = given
-    updater.beta1 = given ** workers
-    return [MomentumChange(f"{type(updater).__name__} beta1", given, updater.beta1)]
+    lr = float(group["lr"])
+    unscaled, was_set, before = group.get(LR_FACTOR_KEY, (lr, lr, 1.0))
+    # the lr as given: exactly, unless something (an LR scheduler) changed it since it was scaled
+    given_lr = unscaled if lr == was_set else lr / before
+    factor = lr_factor(given, workers)
+    now = given_lr * factor if factor != 1.0 else given_lr
+    group["momentum"] = given ** workers
+    if hasattr(group["lr"], "fill_"):  # a tensor lr (capturable, fused) stays the same tensor
+        group["lr"].fill_(now)
+    else:
+        group["lr"] = now
+    group[LR_FACTOR_KEY] = (given_lr, float(group["lr"]), factor)
+    return [MomentumChange(f"{kind} momentum", given, group["momentum"]),
+            MomentumChange(f"{kind} lr", given_lr, float(group["lr"]))]
+
+
+def _native(updater: Any, workers: int) -> list[MomentumChange]:
+    if isinstance(getattr(updater, "beta1", None), float):
+        given = float(getattr(updater, "momentum_given", updater.beta1))
+        updater.momentum_given = given
+        updater.beta1 = given ** workers
+        return [MomentumChange(f"{type(updater).__name__} beta1", given, updater.beta1)]
+    if isinstance(getattr(updater, "momentum", None), float):  # Nesterov: its lr scaled as SGD's
+        given = float(getattr(updater, "momentum_given", updater.momentum))
+        if given <= 0.0:
+            return []
+        updater.momentum_given = given
+        updater.momentum = given ** workers
+        updater.lr_factor = lr_factor(given, workers)
+        name = type(updater).__name__
+        return [MomentumChange(f"{name} momentum", given, updater.momentum),
+                MomentumChange(f"{name} lr factor", 1.0, updater.lr_factor)]
+    return []

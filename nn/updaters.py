@@ -129,6 +129,9 @@ class Updater:
     kind: ClassVar[str] = ""
     #: state vectors per parameter (state size = slots * num_params)
     slots: ClassVar[int] = 0
+    #: what the schedule's value is multiplied by: 1, except on a sharing worker whose momentum was
+    #: lowered for the workers sharing (psrv.nn.momentum), which keeps the step's size with it
+    lr_factor: float = 1.0
 
     def __init__(self, learning_rate: float | Schedule | dict = 0.1) -> None:
         self.schedule = schedule_from_config(learning_rate)
@@ -137,7 +140,7 @@ class Updater:
         return self.slots * num_params
 
     def learning_rate(self, iteration: int, epoch: int) -> float:
-        return self.schedule.value_at(iteration, epoch)
+        return self.schedule.value_at(iteration, epoch) * self.lr_factor
 
     def compute(
         self, grad: np.ndarray, state: np.ndarray, iteration: int, epoch: int, out: np.ndarray

@@ -3,10 +3,12 @@ optimizer and epochs, trained three ways in one run:
 
 * one process (the harness's), the reference;
 * the harness's simulation of gradient sharing with the default settings (tau at the 3 % quantile of
-  each residual, steps from the worker's own point, Adam's beta1 ** workers) and with DL4J's
+  each residual, steps from the worker's own point, momentum ** workers) and with DL4J's
   (``dl4j_threshold()``, ``step_from="shared"``, the optimizer as given);
 * a real ``TorchEstimator`` fit on Spark (``local-cluster[W,1,1024]`` by default: W executor processes,
-  a controller on the driver, real ZeroMQ sockets), with each of the two.
+  a controller on the driver, real ZeroMQ sockets), with each of the two;
+* with ``--ways default,dl4j,given``, also psrv's defaults with the optimizer as given
+  (``scale_momentum=False``), in the harness and on Spark.
 
 Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
 its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
@@ -29,7 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_quality import seed_by_seed  # noqa: E402  (scripts/ is not a package)
 
-WAYS = ("default", "dl4j")
+#: the ways a fit can share: psrv's defaults, DL4J's, and psrv's defaults with the optimizer as given
+WAYS = ("default", "dl4j", "given")
+#: each way's harness method (bench_quality.py's)
+HARNESS_METHOD = {"default": "default", "dl4j": "dl4j", "given": "quant3"}
 
 
 def _spark(master: str, workers: int) -> Any:
@@ -39,7 +44,7 @@ def _spark(master: str, workers: int) -> Any:
 
 
 def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
-               per_node: int = 1) -> dict[str, Any]:
+               per_node: int = 1, optimizer: str = "adam") -> dict[str, Any]:
     """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
     trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks)."""
     import numpy as np
@@ -49,7 +54,8 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
     from psrv.spark.ml import TorchEstimator
     from quality import harness
 
-    module = harness.initial_module(task, harness.Setting(seed=seed))
+    setting = harness.Setting(optimizer=optimizer, seed=seed)
+    module = harness.initial_module(task, setting)
     rows = [(x.reshape(-1).tolist(), int(y)) for x, y in zip(task.x_train, task.y_train, strict=True)]
     tasks = workers // per_node
     frame = spark.createDataFrame(rows, ["features", "label"]).repartition(tasks).cache()
@@ -57,7 +63,8 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
     dl4j = {"threshold_algorithm": dl4j_threshold(), "step_from": "shared", "scale_momentum": False}
     master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=tasks,
                                   workers_per_node=per_node, progress=False,
-                                  **(dl4j if way == "dl4j" else {}))
+                                  **(dl4j if way == "dl4j" else {"scale_momentum": False} if way == "given"
+                                     else {}))
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
     def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
@@ -67,7 +74,7 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
     started = time.perf_counter()
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=task.input_shape,
                            epochs=task.epochs, seed=seed, batch_size=task.batch_size,
-                           optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+                           optimizer=_optimizer(optimizer),
                            training_master=master, callbacks=[keep_epoch]).fit(frame)
     seconds = time.perf_counter() - started
     frame.unpersist()
@@ -83,11 +90,23 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
             "diverged": sum(int(e.get("replicas_diverged", 0)) for e in epochs)}
 
 
-def _harness(task_name: str, seed: int, workers: int, method: str) -> dict[str, Any]:
-    """bench_quality's run of ``method`` ("one", "default" or "dl4j"), in this process."""
+def _optimizer(name: str) -> Any:
+    """The harness's optimizer (``harness.Setting.make_optimizer``) as a function of this script, which
+    travels to the executors by value."""
+    import torch
+
+    if name == "sgd":
+        return lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    return lambda params: torch.optim.Adam(params, lr=1e-3)
+
+
+def _harness(task_name: str, seed: int, workers: int, method: str,
+             optimizer: str = "adam") -> dict[str, Any]:
+    """bench_quality's run of ``method`` ("one" or a way's HARNESS_METHOD), in this process."""
     import bench_quality
 
-    run = bench_quality._run((task_name, "adam", 1 if method == "one" else workers, seed, method, 0, 0, 0))
+    workers = 1 if method == "one" else workers
+    run = bench_quality._run((task_name, optimizer, workers, seed, method, 0, 0, 0))
     if method == "one":
         return {"accuracy": run["accuracy"], "bytes": 0, "dense": 1, "steps": run["steps"]}
     return {"accuracy": run["accuracy"], "bytes": run["bytes"],
@@ -100,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="mlp", help="comma-separated tasks of scripts/quality/tasks.py "
                         "(mlp, cnn, seq, mlp1m)")
     parser.add_argument("--workers", type=int, default=2, help="Spark executors and simulated workers")
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                        help="every run's optimizer, as bench_quality.py's: Adam (lr 1e-3) or SGD with "
+                        "momentum (0.9, lr 0.01)")
+    parser.add_argument("--ways", default="default,dl4j",
+                        help="comma-separated ways to share, each run in the harness and on Spark: default "
+                        "(psrv's defaults), dl4j (DL4J's: dl4j_threshold(), step_from='shared', "
+                        "scale_momentum=False), given (psrv's defaults with scale_momentum=False)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per task (medians are reported)")
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
@@ -123,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(task_module.TASKS) - {"tiny"})
     if unknown or not names:
         parser.error(f"--tasks: unknown {unknown}; known: mlp, cnn, seq, mlp1m")
+    ways = [w for w in args.ways.split(",") if w]
+    if not ways or set(ways) - set(WAYS):
+        parser.error(f"--ways: expected some of {', '.join(WAYS)}, got {args.ways!r}")
     if args.workers < 1 or args.seeds < 1 or args.first_seed < 0:
         parser.error("--workers and --seeds must be >= 1, --first-seed >= 0")
     per_node = args.workers_per_node
@@ -137,13 +166,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 task = task_module.make(name, seed)
-                for method in ("one", *WAYS):
-                    runs.append({"task": name, "seed": seed, "way": "harness", "method": method,
-                                 **_harness(name, seed, args.workers, method)})
+                run = {"task": name, "optimizer": args.optimizer, "seed": seed}
+                for method in ("one", *ways):
+                    runs.append({**run, "way": "harness", "method": method,
+                                 **_harness(name, seed, args.workers, HARNESS_METHOD.get(method, method),
+                                            args.optimizer)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
-                for way in WAYS:
-                    runs.append({"task": name, "seed": seed, "way": "spark", "method": way,
-                                 **_spark_fit(spark, task, seed, args.workers, way, per_node)})
+                for way in ways:
+                    runs.append({**run, "way": "spark", "method": way,
+                                 **_spark_fit(spark, task, seed, args.workers, way, per_node,
+                                              args.optimizer)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:
         spark.stop()
@@ -155,14 +187,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 LABELS = {("harness", "one"): "one process", ("harness", "default"): "harness, default",
-          ("harness", "dl4j"): "harness, DL4J's", ("spark", "default"): "Spark, default",
-          ("spark", "dl4j"): "Spark, DL4J's"}
+          ("harness", "dl4j"): "harness, DL4J's", ("harness", "given"): "harness, optimizer as given",
+          ("spark", "default"): "Spark, default", ("spark", "dl4j"): "Spark, DL4J's",
+          ("spark", "given"): "Spark, optimizer as given"}
 
 
 def table(runs: list[dict[str, Any]], workers: int) -> str:
     """One row per task and method: accuracy per seed, median, points against one process (the
     difference of the medians, and seed by seed: the median of each seed's difference from its own
-    one-process run, on the same data set and initial weights), steps, bytes."""
+    one-process run, on the same data set and initial weights), steps, bytes. A task run with SGD is
+    named apart ("cnn, sgd"), so runs loaded together are compared only with their like."""
+    runs = [{**r, "task": r["task"] + (", sgd" if r.get("optimizer") == "sgd" else "")} for r in runs]
     lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
              "steps, all workers | bytes / dense |", "|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["task"] for r in runs):

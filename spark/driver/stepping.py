@@ -1,4 +1,4 @@
-"""How the workers of a gradient-sharing fit step: where a step starts and their Adam's beta1.
+"""How the workers of a gradient-sharing fit step: where a step starts and their momentum.
 
 Checked on the driver when the master is built (a wrong value fails before any Spark job), and what the
 driver tells the tasks about it.
@@ -34,7 +34,7 @@ def check_scale_momentum(value: Any) -> bool:
 
 
 def momentum_workers(scale: bool, partitions: int, parallelism: int, workers_per_node: int) -> int:
-    """The power each worker's beta1 is raised to (psrv.nn.momentum): the workers whose steps land on
+    """The power each worker's momentum is raised to (psrv.nn.momentum): the workers whose steps land on
     every replica side by side, one per task Spark runs at once times the local workers behind each;
     1 (the optimizer as given) without ``scale``."""
     return min(partitions, parallelism) * workers_per_node if scale else 1

@@ -139,8 +139,9 @@ class EstimatorParams(ModelParams):
                           "(rdd_training_approach 'direct'): a StorageLevel name such as MEMORY_AND_DISK, or "
                           "NONE to recompute each epoch (unset: the master's default, MEMORY_ONLY)",
                           _to_storage_level)
-    scaleMomentum = _param("scaleMomentum", "the default training master sets each worker's Adam beta1 to "
-                           "beta1 ** (workers sharing), so the shared model's momentum forgets per minibatch "
+    scaleMomentum = _param("scaleMomentum", "the default training master sets each worker's momentum "
+                           "(Adam's beta1, SGD's momentum with its lr scaled to keep the step's size) to "
+                           "beta ** (workers sharing), so the shared model's momentum forgets per minibatch "
                            "as one process's does (False: the optimizer as given)", TypeConverters.toBoolean)
 
     def __init__(self) -> None:

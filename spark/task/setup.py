@@ -27,7 +27,7 @@ class WorkerSetup:
     strategy_classes: bytes = b""  # the threshold algorithm's and post-processor's classes (spark.strategies)
     workers_per_node: int = 1  # local workers behind the task's one node (spark.task.local_workers)
     step_from: str = "shared"  # "own": steps start at the replica plus the worker's residual (see the master)
-    momentum_workers: int = 1  # each worker's Adam beta1 becomes the given one ** this (psrv.nn.momentum)
+    momentum_workers: int = 1  # each worker's momentum becomes the given one ** this (psrv.nn.momentum)
 
 
 __all__ = ["WorkerSetup"]

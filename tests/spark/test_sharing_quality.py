@@ -1,8 +1,8 @@
 """Gradient sharing learns as much per epoch as one process: TorchEstimator fits on local-cluster (2
 workers) against the same module trained in this process for the same epochs, with the defaults (tau
 from each step's residual at 3 % of the elements, under 1/100 of the bytes of a dense exchange; each
-worker stepping from its replica plus its residual; Adam's beta1 ** workers) and with DL4J's threshold
-in their place."""
+worker stepping from its replica plus its residual; Adam's beta1 ** workers), with DL4J's threshold
+in their place, and with SGD (its momentum ** workers, its lr scaled to keep the step's size)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 EPOCHS = 5
 
 
-@pytest.mark.parametrize("threshold", ["default", "dl4j"])
-def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str) -> None:
+def _optimizer(name: str):
+    if name == "sgd":
+        return lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    return lambda params: torch.optim.Adam(params, lr=1e-3)
+
+
+@pytest.mark.parametrize(("threshold", "optimizer"),
+                         [("default", "adam"), ("dl4j", "adam"), ("default", "sgd")])
+def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str,
+                                                                 optimizer: str) -> None:
     x, y = sklearn_datasets.make_classification(n_samples=3000, n_features=16, n_informative=8, n_redundant=4,
                                                 n_classes=3, class_sep=2.0, random_state=7)
     x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
@@ -33,7 +41,8 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                  torch.nn.ReLU(), torch.nn.Linear(128, 3))
-    reference = TorchNetwork(copy.deepcopy(module), torch.nn.CrossEntropyLoss(), (16,), seed=0)
+    reference = TorchNetwork(copy.deepcopy(module), torch.nn.CrossEntropyLoss(), (16,), seed=0,
+                             optimizer=_optimizer(optimizer))
     reference.fit((x_train, y_train), epochs=EPOCHS, batch_size=32)
     alone = float(np.mean(reference.predict(x_test) == y_test))
 
@@ -45,16 +54,23 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     rows = [(row.tolist(), int(label)) for row, label in zip(x_train, y_train, strict=True)]
     frame = spark.createDataFrame(rows, ["features", "label"])
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=(16,), epochs=EPOCHS, seed=0,
-                           training_master=master).fit(frame)
+                           optimizer=_optimizer(optimizer), training_master=master).fit(frame)
     shared = float(np.mean(model.network.predict(x_test) == y_test))
     assert shared >= alone - 0.02, (shared, alone)
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
     assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
-    # the default: each worker's Adam forgets per minibatch of both workers as one process's does
+    # the default: each worker's momentum forgets per minibatch of both workers as one process's does
     assert fit["momentum_workers"] == 2
-    assert [(name, given) for name, given, _ in fit["momentum"]] == [("Adam betas[0]", 0.9)]
-    assert fit["momentum"][0][2] == pytest.approx(0.81, abs=1e-12)
-    assert model.network.optimizer.param_groups[0]["betas"] == (0.9, 0.999)  # the driver's: as given
+    group = model.network.optimizer.param_groups[0]  # the driver's: as given
+    if optimizer == "adam":
+        assert [(name, given) for name, given, _ in fit["momentum"]] == [("Adam betas[0]", 0.9)]
+        assert fit["momentum"][0][2] == pytest.approx(0.81, abs=1e-12)
+        assert group["betas"] == (0.9, 0.999)
+    else:  # SGD's lr scaled with it, by (1 - 0.81) / (1 - 0.9): the step a gradient makes keeps its size
+        assert [(name, given) for name, given, _ in fit["momentum"]] == [("SGD momentum", 0.9),
+                                                                         ("SGD lr", 0.01)]
+        assert [now for _, _, now in fit["momentum"]] == pytest.approx([0.81, 0.019], abs=1e-12)
+        assert group["momentum"] == 0.9 and group["lr"] == 0.01
     if threshold == "default":
         assert fit["bytes_sent"] <= fit["dense_bytes"] / 100  # the last epoch's messages: <= 1/100 of dense

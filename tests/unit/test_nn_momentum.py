@@ -1,4 +1,5 @@
-"""Momentum for N sharing workers: Adam's beta1 becomes the given one ** N, always from the given value."""
+"""Momentum for N sharing workers: Adam's beta1 and SGD's momentum become the given one ** N (SGD's lr
+scaled so a gradient's step keeps its size), always from the given value."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from psrv.nn import Adam, Dense, Nesterov, Network, Output
 from psrv.nn.errors import ConfigError
-from psrv.nn.momentum import GIVEN_KEY, momentum_for_workers
+from psrv.nn.momentum import GIVEN_KEY, LR_FACTOR_KEY, lr_factor, momentum_for_workers
 
 torch = pytest.importorskip("torch")
 
@@ -66,11 +67,10 @@ def test_adam_steps_with_the_scaled_beta1_as_torch_does_with_it_given() -> None:
         assert torch.equal(p, q)
 
 
-@pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
-                                  lambda ps: torch.optim.SGD(ps, lr=0.1),
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1),
                                   lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5),
                                   lambda ps: torch.optim.Adagrad(ps, lr=0.1)])
-def test_optimizers_without_betas_are_left_as_given(make) -> None:
+def test_optimizers_without_momentum_to_scale_are_left_as_given(make) -> None:
     optimizer = make(torch.nn.Linear(2, 2).parameters())
     before = copy.deepcopy(optimizer.param_groups[0])
     before.pop("params")
@@ -88,7 +88,7 @@ def test_a_torch_network_s_optimizer_is_set() -> None:
     assert network.optimizer.param_groups[0]["betas"][0] == pytest.approx(0.95 ** 2, abs=1e-15)
 
 
-def test_a_psrv_network_s_adam_is_set_and_restored_and_nesterov_is_left() -> None:
+def test_a_psrv_network_s_adam_is_set_and_restored() -> None:
     network = Network([Dense(4), Output(2)], input_shape=(3,), updater=Adam(1e-3, beta1=0.9), seed=1)
     changes = momentum_for_workers(network, 4)
     assert [(c.name, c.given) for c in changes] == [("Adam beta1", 0.9)]
@@ -97,8 +97,126 @@ def test_a_psrv_network_s_adam_is_set_and_restored_and_nesterov_is_left() -> Non
     network.compute_update(x, y)  # the updater steps with it
     momentum_for_workers(network, 1)
     assert network.updater.beta1 == 0.9
-    nesterov = Nesterov(0.1, momentum=0.9)
-    assert momentum_for_workers(nesterov, 4) == [] and nesterov.momentum == 0.9
+
+
+# --- SGD with momentum: momentum ** N, and the lr scaled so the step keeps its size -------------------
+
+def _sgd(lr: float = 0.05, **options) -> torch.optim.SGD:
+    return torch.optim.SGD(torch.nn.Linear(3, 2).parameters(), lr=lr, **options)
+
+
+@pytest.mark.parametrize("options", [{"momentum": 0.9}, {"momentum": 0.8, "nesterov": True},
+                                     {"momentum": 0.9, "dampening": 0.5}])
+def test_sgd_gets_momentum_to_the_power_of_the_workers_and_its_lr_scaled(options) -> None:
+    optimizer = _sgd(**options)
+    given = options["momentum"]
+    changes = momentum_for_workers(optimizer, 4)
+    group = optimizer.param_groups[0]
+    factor = (1 - given ** 4) / (1 - given)
+    assert group["momentum"] == pytest.approx(given ** 4, abs=1e-15)
+    assert group["lr"] == pytest.approx(0.05 * factor, rel=1e-15)
+    assert lr_factor(given, 4) == pytest.approx(factor, rel=1e-15)
+    assert [(c.name, c.given) for c in changes] == [("SGD momentum", given), ("SGD lr", 0.05)]
+    assert group["dampening"] == options.get("dampening", 0)
+    assert group["nesterov"] == options.get("nesterov", False)
+
+
+def test_sgd_a_second_call_starts_from_the_given_values_and_one_worker_restores_them_exactly() -> None:
+    optimizer = _sgd(lr=0.01, momentum=0.9)
+    momentum_for_workers(optimizer, 8)
+    momentum_for_workers(optimizer, 2)  # not from the 8-worker values
+    group = optimizer.param_groups[0]
+    assert group["momentum"] == pytest.approx(0.81, abs=1e-15)
+    assert group["lr"] == pytest.approx(0.019, rel=1e-14)
+    momentum_for_workers(optimizer, 1)
+    assert group["momentum"] == 0.9 and group["lr"] == 0.01  # bit for bit
+
+
+def test_sgd_an_lr_scheduler_that_multiplies_in_place_keeps_its_effect() -> None:
+    """StepLR halves the lr each step: after two steps at 4 workers, one worker's lr is the given one / 4."""
+    optimizer = _sgd(lr=0.08, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    momentum_for_workers(optimizer, 4)
+    for _ in range(2):
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.02 * lr_factor(0.9, 4), rel=1e-14)
+    changes = momentum_for_workers(optimizer, 1)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.02, rel=1e-14)
+    assert changes[1].given == pytest.approx(0.02, rel=1e-14)
+
+
+def test_sgd_a_tensor_lr_stays_the_same_tensor() -> None:
+    optimizer = _sgd(lr=torch.tensor(0.05), momentum=0.9)
+    lr = optimizer.param_groups[0]["lr"]
+    momentum_for_workers(optimizer, 2)
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.05 * 1.9, rel=1e-6)
+
+
+def test_sgd_the_given_values_travel_with_the_state_dict() -> None:
+    optimizer = _sgd(lr=0.01, momentum=0.9)
+    momentum_for_workers(optimizer, 4)
+    again = _sgd(lr=0.01, momentum=0.9)
+    again.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    assert again.param_groups[0][GIVEN_KEY] == 0.9 and again.param_groups[0][LR_FACTOR_KEY][0] == 0.01
+    momentum_for_workers(again, 1)
+    assert again.param_groups[0]["momentum"] == 0.9 and again.param_groups[0]["lr"] == 0.01
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_scaled_moves_as_far_per_gradient_as_given_once_its_momentum_has_built_up(nesterov) -> None:
+    """The property the lr factor is for: under a constant gradient, the step of SGD with momentum
+    ** 4 and the scaled lr settles at the size of the given SGD's, lr * g / (1 - momentum)."""
+    steps = []
+    for workers in (1, 4):
+        p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        optimizer = torch.optim.SGD([p], lr=0.01, momentum=0.9, nesterov=nesterov)
+        momentum_for_workers(optimizer, workers)
+        for _ in range(400):
+            before = p.detach().clone()
+            p.grad = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+            optimizer.step()
+        steps.append((p.detach() - before).numpy())
+    np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9)
+    np.testing.assert_allclose(steps[0], -0.01 * np.array([1.0, -2.0, 0.5]) / (1 - 0.9), rtol=1e-9)
+
+
+def test_sgd_steps_as_torch_does_with_the_scaled_values_given() -> None:
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 3)
+    twin = copy.deepcopy(module)
+    scaled = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
+    momentum_for_workers(scaled, 3)
+    reference = torch.optim.SGD(twin.parameters(), lr=scaled.param_groups[0]["lr"], momentum=0.9 ** 3,
+                                nesterov=True)
+    x = torch.randn(16, 4)
+    for _ in range(5):
+        for m, opt in ((module, scaled), (twin, reference)):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+            opt.step()
+    for p, q in zip(module.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_psrv_nesterov_gets_momentum_to_the_power_and_its_lr_scaled_and_is_restored() -> None:
+    network = Network([Dense(4), Output(2)], input_shape=(3,), updater=Nesterov(0.1, momentum=0.9), seed=1)
+    reference = Nesterov(0.1 * lr_factor(0.9, 4), momentum=0.9 ** 4)
+    changes = momentum_for_workers(network, 4)
+    assert [(c.name, c.given) for c in changes] == [("Nesterov momentum", 0.9), ("Nesterov lr factor", 1.0)]
+    updater = network.updater
+    assert updater.momentum == pytest.approx(0.9 ** 4, abs=1e-15)
+    assert updater.learning_rate(0, 0) == pytest.approx(reference.learning_rate(0, 0), rel=1e-15)
+    grad = np.linspace(-1, 1, 6)
+    mine, theirs = np.zeros(6), np.zeros(6)
+    out_mine, out_theirs = np.empty(6), np.empty(6)
+    for step in range(3):
+        updater.compute(grad, mine, step, 0, out_mine)
+        reference.compute(grad, theirs, step, 0, out_theirs)
+    np.testing.assert_allclose(out_mine, out_theirs, rtol=1e-14)
+    momentum_for_workers(network, 1)
+    assert updater.momentum == 0.9 and updater.learning_rate(0, 0) == 0.1
+    assert momentum_for_workers(Nesterov(0.1, momentum=0.0), 4) == []
 
 
 @pytest.mark.parametrize("workers", [0, -1, 2.0, True, None])

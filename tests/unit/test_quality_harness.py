@@ -166,6 +166,38 @@ def test_scaled_momentum_is_each_worker_stepping_with_beta1_to_the_power_of_the_
     assert scaled.replica_gap < 1e-12
 
 
+def test_scaled_momentum_with_sgd_is_each_worker_stepping_with_momentum_to_the_power_lr_scaled() -> None:
+    """With SGD, scale_momentum is bit for bit the run whose workers were given momentum 0.9 ** 3 and the
+    lr times (1 - 0.9 ** 3) / (1 - 0.9); the drain still leaves every replica on the master copy."""
+    from psrv.nn.momentum import lr_factor
+
+    task = tasks.make("tiny", epochs=2)
+    config = dict(threshold=SampledQuantileThreshold, delay=1, own_point=True)
+    scaled = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3),
+                             harness.Sharing(scale_momentum=True, **config), dtype=F64)
+    given = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3, momentum=0.9 ** 3,
+                                                  lr=0.01 * lr_factor(0.9, 3)),
+                            harness.Sharing(**config), dtype=F64)
+    plain = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3), harness.Sharing(**config),
+                            dtype=F64)
+    np.testing.assert_array_equal(scaled.params, given.params)
+    assert not np.array_equal(scaled.params, plain.params)
+    assert scaled.replica_gap < 1e-12
+
+
+def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
+    import bench_quality_spark
+
+    runs = [{"task": "cnn", "optimizer": optimizer, "seed": 0, "way": way, "method": method,
+             "accuracy": accuracy, "bytes": 10, "dense": 1000, "steps": 4}
+            for optimizer, one, shared in (("adam", 0.9, 0.88), ("sgd", 0.7, 0.6))
+            for way, method, accuracy in (("harness", "one", one), ("spark", "default", shared))]
+    rows = [line.split(" | ") for line in bench_quality_spark.table(runs, 2).splitlines()[2:]]
+    assert [(r[0], r[2], r[5]) for r in rows] == [
+        ("| cnn", "one process", "+0.0"), ("| cnn", "Spark, default", "-2.0"),
+        ("| cnn, sgd", "one process", "+0.0"), ("| cnn, sgd", "Spark, default", "-10.0")]
+
+
 def test_every_method_sees_the_same_minibatches() -> None:
     task = tasks.make("tiny")
     one = [b for r in harness.batches(task, harness.Setting(workers=1)) for b in r]
