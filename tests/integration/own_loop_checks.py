@@ -20,12 +20,12 @@ def load_script():
     return module
 
 
-def one_process_loss(script, steps: int, accumulate: int = 2, batch: int = 32) -> float:
-    """The reference: the script's loop (AdamW, cosine schedule, accumulation, clipping) in one process
-    on all the rows, no psrv; its final loss on all the rows."""
+def one_process_loss(script, steps: int, accumulate: int = 2, batch: int = 32, sgd: bool = False) -> float:
+    """The reference: the script's loop (its optimizer, cosine schedule, accumulation, clipping) in one
+    process on all the rows, no psrv; its final loss on all the rows."""
     x, y = script.make_data()
     model = script.make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    optimizer = script.make_optimizer(model, sgd)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     generator = torch.Generator().manual_seed(0)
     for _ in range(steps):
@@ -46,9 +46,11 @@ def applied_by_worker(report: dict, applied_by_origin: dict) -> int:
     return sum(int(applied_by_origin.get(str(i), 0)) for i in ids)
 
 
-def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray) -> None:
+def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, master: np.ndarray,
+                       sgd: bool = False) -> None:
     """Every replica equal to the master copy after the drain, every message applied once, the master
-    copy learned, rank 0's state loads."""
+    copy learned (against one process with the script's optimizer: ``sgd`` as the run was given),
+    rank 0's state loads."""
     script = load_script()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(len(workers))]
     for worker, ran in zip(workers, ranks, strict=True):
@@ -66,7 +68,7 @@ def check_own_loop_run(out: Path, workers: list[dict], applied_by_origin: dict, 
     learned = script.full_loss(model, x, y)
     # the master copy learned at least a quarter of what one process learns in as many steps on all the
     # rows (measured: 44 %, the default threshold's quantized start; one process: 1.10 -> 0.14)
-    reference = one_process_loss(script, ranks[0]["steps"])
+    reference = one_process_loss(script, ranks[0]["steps"], sgd=sgd)
     assert learned < start - 0.25 * (start - reference), (start, reference, learned)
     # the state rank 0 returned loads into a fresh model, and is the master copy up to updates that
     # reached the master after rank 0 left (its final loss is as good)

@@ -1,5 +1,6 @@
 """A user's script with a training loop of its own, as `psrv run -n 2` and psrv.spark.run run it in the
-tests: an MLP, AdamW with a cosine schedule, gradient accumulation and clipping, each rank on its shard.
+tests: an MLP, AdamW (or SGD with Nesterov momentum) with a cosine schedule, gradient accumulation and
+clipping, each rank on its shard.
 
 It writes ``<out>/rank<r>.json`` (its losses and how many messages it sent) and, on rank 0, the model's
 final ``state_dict`` (``<out>/rank0_state.pt``).
@@ -33,8 +34,14 @@ def full_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
         return float(torch.nn.functional.cross_entropy(model(x), y))
 
 
+def make_optimizer(model: torch.nn.Module, sgd: bool = False) -> torch.optim.Optimizer:
+    if sgd:
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+
+
 def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_device: bool = False,
-          scale_momentum: bool = False) -> float:
+          scale_momentum: bool = False, sgd: bool = False) -> float:
     pt.init()
     rank, size = pt.rank(), pt.size()
     x, y = make_data()
@@ -43,9 +50,10 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_de
         model.to(pt.device())
         x, y = x.to(pt.device()), y.to(pt.device())
     shard_x, shard_y = x[rank::size], y[rank::size]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    optimizer = make_optimizer(model, sgd)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     optimizer = pt.DistributedOptimizer(optimizer, model, scale_momentum=scale_momentum)
+    lr_start = float(optimizer.param_groups[0]["lr"])  # as the job's size set it, with scale_momentum
     first = full_loss(model, x, y)
     generator = torch.Generator().manual_seed(rank)
     for _ in range(steps):
@@ -61,7 +69,9 @@ def train(out: str, steps: int = 80, accumulate: int = 2, batch: int = 32, on_de
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"first": first, "final": final, "messages": optimizer.messages,
                    "steps": optimizer.iterations, "device": str(next(model.parameters()).device),
-                   "beta1": optimizer.param_groups[0]["betas"][0]}, f)
+                   "beta1": optimizer.param_groups[0].get("betas", (None,))[0],
+                   "momentum": optimizer.param_groups[0].get("momentum"),
+                   "lr_start": lr_start}, f)
     if rank == 0:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(out, "rank0_state.pt"))
     return final
@@ -72,6 +82,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--on-device", action="store_true", help="train on psrv.torch.device()")
-    parser.add_argument("--scale-momentum", action="store_true", help="AdamW's beta1 ** workers")
+    parser.add_argument("--scale-momentum", action="store_true",
+                        help="the momentum ** workers (AdamW's beta1; SGD's momentum, its lr scaled with it)")
+    parser.add_argument("--sgd", action="store_true", help="SGD with Nesterov momentum instead of AdamW")
     args = parser.parse_args()
-    train(args.out, args.steps, on_device=args.on_device, scale_momentum=args.scale_momentum)
+    train(args.out, args.steps, on_device=args.on_device, scale_momentum=args.scale_momentum, sgd=args.sgd)

@@ -56,6 +56,21 @@ def test_scale_momentum_sets_each_workers_beta1_to_the_power_of_the_job_size(tmp
         assert [tuple(m[:2]) for m in worker["momentum"]] == [("AdamW betas[0]", 0.9)], worker
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_scale_momentum_sets_each_workers_sgd_momentum_to_the_power_and_scales_its_lr(tmp_path: Path) -> None:
+    """SGD with Nesterov momentum and a cosine schedule built before wrapping: each worker of the 2
+    steps with momentum 0.9 ** 2 and lr 0.05 * (1 - 0.81) / (1 - 0.9), and the run keeps every invariant
+    and learns as the script's own SGD loop in one process does."""
+    summary, master = _psrv_run_own_loop(tmp_path, "--scale-momentum", "--sgd")
+    check_own_loop_run(tmp_path, summary["workers"], summary["applied_by_origin"], master, sgd=True)
+    for rank, worker in enumerate(summary["workers"]):
+        ran = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert ran["momentum"] == pytest.approx(0.81, abs=1e-12) and ran["beta1"] is None
+        assert ran["lr_start"] == pytest.approx(0.05 * 1.9, rel=1e-12)
+        assert [tuple(m[:2]) for m in worker["momentum"]] == [("SGD momentum", 0.9), ("SGD lr", 0.05)], worker
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.timeout(400)
