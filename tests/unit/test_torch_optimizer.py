@@ -49,6 +49,14 @@ def _loss(model, seed: int):
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
+def _assert_bit_for_bit(model, reference) -> torch.Tensor:
+    """The model's parameters equal the reference's bit for bit; returns them as one vector."""
+    ours = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    theirs = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
+    np.testing.assert_array_equal(ours.numpy().view(np.uint32), theirs.numpy().view(np.uint32))
+    return ours
+
+
 def _messages(size: int, count: int) -> list[np.ndarray]:
     rng = np.random.default_rng(5)
     encoder = ResidualEncoder(size, threshold_algorithm=FixedThreshold(2.0**-10))
@@ -219,9 +227,7 @@ def test_stepping_from_its_own_point_alone_the_model_is_the_bare_optimizers_bit_
                 opt.step()
         for scheduler in schedulers:
             scheduler.step()
-        ours = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-        theirs = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
-        np.testing.assert_array_equal(ours.numpy().view(np.uint32), theirs.numpy().view(np.uint32))
+        ours = _assert_bit_for_bit(model, reference)
     assert not torch.equal(ours, start)
     np.testing.assert_array_equal(wrapped.flat_params.numpy(), start.numpy())  # the replica never moved
     np.testing.assert_array_equal(wrapped.state_dict()["residual"], (ours - start).numpy())
@@ -255,9 +261,7 @@ def test_a_wrapped_sgd_with_its_momentum_set_for_the_workers_steps_as_sgd_built_
             opt.step()
         for scheduler in schedulers:
             scheduler.step()
-        ours = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-        theirs = torch.nn.utils.parameters_to_vector(reference.parameters()).detach()
-        np.testing.assert_array_equal(ours.numpy().view(np.uint32), theirs.numpy().view(np.uint32))
+        _assert_bit_for_bit(model, reference)
     assert wrapped.param_groups[0]["lr"] == pytest.approx(0.05 * lr_factor(0.9, 3) / 4, rel=1e-15)
 
 
