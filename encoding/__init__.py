@@ -23,19 +23,16 @@ from psrv.encoding.errors import (
 
 if TYPE_CHECKING:
     from psrv.encoding._kernels import load_all as preload_kernels
-    from psrv.encoding.codec import (
+    from psrv.encoding.codec import encode, encode_counted, float32_threshold, sparse_message
+    from psrv.encoding.implicit_residual import ImplicitResidual
+    from psrv.encoding.messages import (
         MessageInfo,
         compact,
         decode,
         decode_validated,
-        encode,
-        encode_counted,
-        float32_threshold,
         message_info,
         parse_message,
-        sparse_message,
     )
-    from psrv.encoding.implicit_residual import ImplicitResidual
     from psrv.encoding.postprocess import NoResidualPostProcessor, ResidualClipping, post_processor_from_state
     from psrv.encoding.residual_encoder import ResidualEncoder
     from psrv.encoding.stats import EncodingStats, encoding_stats
@@ -53,8 +50,10 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str]] = {
     "preload_kernels": ("psrv.encoding._kernels", "load_all"),
     **{name: ("psrv.encoding.codec", name) for name in (
-        "MessageInfo", "compact", "decode", "decode_validated", "encode", "encode_counted",
-        "float32_threshold", "message_info", "parse_message", "sparse_message",
+        "encode", "encode_counted", "float32_threshold", "sparse_message",
+    )},
+    **{name: ("psrv.encoding.messages", name) for name in (
+        "MessageInfo", "compact", "decode", "decode_validated", "message_info", "parse_message",
     )},
     **{name: ("psrv.encoding.postprocess", name) for name in (
         "NoResidualPostProcessor", "ResidualClipping", "post_processor_from_state",

@@ -2,10 +2,10 @@
 
 It produces and reads exactly the wire format of ``psrv.encoding.codec`` (header, sparse/bitmap choice,
 ascending indices, float32-rounded tau, residual afterwards, errors): the header rules and error texts
-are that module's, only the element work is done here. A GPU worker encodes its residual on the
-device and only the small int32 message crosses to the host; received messages are decoded into the
-device parameters. On CPU tensors it gives the same bytes as the numba codec (tests check it), which is
-faster there.
+are that module's and ``psrv.encoding.messages``'s, only the element work is done here. A GPU worker
+encodes its residual on the device and only the small int32 message crosses to the host; received
+messages are decoded into the device parameters. On CPU tensors it gives the same bytes as the numba
+codec (tests check it), which is faster there.
 
 Host synchronizations per call: ``encode`` reads the number of hits (the size of their index list)
 and whether any hit is non-finite (inf and NaN are always hits, so that check looks at the hits alone;
@@ -25,6 +25,7 @@ import torch
 from psrv.encoding import _kernels as k
 from psrv.encoding import codec, update_header
 from psrv.encoding.errors import MalformedMessageError, NonFiniteResidualError
+from psrv.encoding.messages import bitmap_problem, parse_message, sparse_problem
 from psrv.encoding.update_header import HEADER_WORDS, SPARSE
 
 _FLOATS = {torch.float32: (torch.int32, 0x7FFF_FFFF, 0x7F80_0000, np.float32, np.int32),
@@ -143,7 +144,7 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int, torch
     tau = update_header.check_header(header, length)
     body = message[HEADER_WORDS:]
     if form == update_header.PACKED:
-        array, info = codec.parse_message(message.cpu().numpy())
+        array, info = parse_message(message.cpu().numpy())
         return SPARSE, n, tau, info.count, torch.from_numpy(array[HEADER_WORDS:])
     if form == SPARSE:
         if first == 0:
@@ -157,17 +158,17 @@ def _validate_device(message: torch.Tensor) -> tuple[int, int, float, int, torch
             p = int(bad.to(torch.uint8).argmax())
             code = (k.BAD_ZERO_INDEX if bool(zero[p]) else k.BAD_INDEX_RANGE if bool(out_of_range[p])
                     else k.BAD_INDEX_ORDER)
-            raise MalformedMessageError(codec.sparse_problem(code, p + HEADER_WORDS, int(body[p]), n))
+            raise MalformedMessageError(sparse_problem(code, p + HEADER_WORDS, int(body[p]), n))
         return form, n, tau, first, message[HEADER_WORDS:]
     bits = _bits_set(body)
     values, signs = bits[:, :_WORD], bits[:, _WORD:]
     sign_alone = (signs & (1 - values)).any(dim=1)
     if bool(sign_alone.any()):
-        raise MalformedMessageError(codec.bitmap_problem(k.BAD_SIGN_WITHOUT_VALUE,
+        raise MalformedMessageError(bitmap_problem(k.BAD_SIGN_WITHOUT_VALUE,
                                                          int(sign_alone.to(torch.uint8).argmax()), n))
     tail = n % _WORD
     if tail and body.shape[0] > 0 and bool(values[-1, tail:].any()):
-        raise MalformedMessageError(codec.bitmap_problem(k.BAD_PADDING, int(body.shape[0]) - 1, n))
+        raise MalformedMessageError(bitmap_problem(k.BAD_PADDING, int(body.shape[0]) - 1, n))
     return form, n, tau, int(values.sum(dtype=torch.int64)), body
 
 
@@ -190,7 +191,7 @@ def decode(message: Any, target: torch.Tensor, scale: float = 1.0, device_copy: 
     if isinstance(message, torch.Tensor):
         form, n, tau, count, body = _validate_device(message)
     else:
-        array, info = codec.parse_message(message)  # a packed message comes back as its sparse form
+        array, info = parse_message(message)  # a packed message comes back as its sparse form
         form, n, tau, count = update_header.BITMAP if info.form == "bitmap" else SPARSE, info.n, info.tau, \
             info.count
         body = array[HEADER_WORDS:]
@@ -250,7 +251,7 @@ def decode_many(messages: list[Any], target: torch.Tensor, scale: float = 1.0) -
                 results.append(exc)
             continue
         try:
-            array, info = codec.parse_message(message)
+            array, info = parse_message(message)
             if info.n != target.shape[0]:
                 raise MalformedMessageError(
                     f"message is for N={info.n} elements but the target has {target.shape[0]}")

@@ -32,7 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psrv.encoding.codec import decode_validated, encode, encode_gap_counted, message_info
+from psrv.encoding.codec import encode, encode_gap_counted
+from psrv.encoding.messages import decode_validated, message_info
 from psrv.encoding.residual_encoder import ResidualEncoder
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psrv.encoding.codec import compact
+from psrv.encoding.messages import compact
 from psrv.nn.protocol import DeviceNetwork
 from psrv.server.update_intake import decode_or_reject
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualEncoder
-from psrv.encoding.codec import add_to_both, compact, copy_to_both
+from psrv.encoding.codec import add_to_both, copy_to_both
+from psrv.encoding.messages import compact
 from psrv.nn._inputs import features_mask_of, step_arguments
 from psrv.nn.errors import ConfigError
 from psrv.nn.momentum import momentum_for_workers

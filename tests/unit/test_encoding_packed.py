@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psrv.encoding import MalformedMessageError, compact, decode, decode_validated, encode, message_info
-from psrv.encoding.codec import parse_message, sparse_message
+from psrv.encoding.codec import sparse_message
+from psrv.encoding.messages import parse_message
 from psrv.encoding.update_header import HEADER_WORDS, PACKED, payload_header
 
 TAU_BITS = int(np.float32(0.5).view(np.int32))

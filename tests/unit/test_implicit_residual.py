@@ -25,10 +25,10 @@ from psrv.encoding import (
 from psrv.encoding.codec import (
     PARALLEL_MIN_ELEMENTS_PER_THREAD,
     clip_gap,
-    decode,
     encode_counted,
     encode_gap_counted,
 )
+from psrv.encoding.messages import decode
 
 
 def _bits(array: np.ndarray) -> np.ndarray:

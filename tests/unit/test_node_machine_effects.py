@@ -8,7 +8,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from psrv.encoding.codec import decode, sparse_message
+from psrv.encoding.codec import sparse_message
+from psrv.encoding.messages import decode
 from psrv.server.locked import LockedMachine
 from psrv.server.node_machine import NodeMachine, NodeState
 from psrv.server.outside_params import OutsideParams
