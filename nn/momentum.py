@@ -86,22 +86,25 @@ def _torch(optimizer: Any, workers: int) -> list[MomentumChange]:
             now = given ** workers
             group["betas"] = (now, *tuple(group["betas"])[1:])
             changes.append(MomentumChange(f"{kind} betas[0]", given, now))
-        elif "dampening" in group and float(group.get(GIVEN_KEY, group.get("momentum", 0.0))) > 0.0:
+        elif "dampening" in group:
             changes.extend(_torch_sgd(kind, group, workers))
     return changes
 
 
 def _torch_sgd(kind: str, group: dict[str, Any], workers: int) -> list[MomentumChange]:
-    """SGD's param group (it alone has ``dampening``): momentum ** workers, the lr scaled to match."""
-    given = float(group.setdefault(GIVEN_KEY, float(group["momentum"])))
-    if given >= 1.0:  # torch takes it; its step has no finite size to keep, so it is left as given
+    """SGD's param group (it alone has ``dampening``): momentum ** workers, the lr scaled to match.
+    Plain SGD (no momentum) is left untouched, and so is a momentum of 1 or more, which torch takes
+    but whose step has no finite size to keep."""
+    given = float(group.get(GIVEN_KEY, group["momentum"]))
+    if not 0.0 < given < 1.0:
         return []
+    group[GIVEN_KEY] = given
     lr = float(group["lr"])
     unscaled, was_set, before = group.get(LR_FACTOR_KEY, (lr, lr, 1.0))
     # the lr as given: exactly, unless something (an LR scheduler) changed it since it was scaled
     given_lr = unscaled if lr == was_set else lr / before
     factor = lr_factor(given, workers)
-    now = given_lr * factor if factor != 1.0 else given_lr
+    now = given_lr * factor  # exactly given_lr when factor is 1
     group["momentum"] = given ** workers
     if hasattr(group["lr"], "fill_"):  # a tensor lr (capturable, fused) stays the same tensor
         group["lr"].fill_(now)

@@ -60,11 +60,11 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
     tasks = workers // per_node
     frame = spark.createDataFrame(rows, ["features", "label"]).repartition(tasks).cache()
     frame.count()
-    dl4j = {"threshold_algorithm": dl4j_threshold(), "step_from": "shared", "scale_momentum": False}
+    settings = {"default": {}, "given": {"scale_momentum": False},
+                "dl4j": {"threshold_algorithm": dl4j_threshold(), "step_from": "shared",
+                         "scale_momentum": False}}
     master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=tasks,
-                                  workers_per_node=per_node, progress=False,
-                                  **(dl4j if way == "dl4j" else {"scale_momentum": False} if way == "given"
-                                     else {}))
+                                  workers_per_node=per_node, progress=False, **settings[way])
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
     def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
