@@ -12,12 +12,13 @@ Adaptive optimizers: the first-moment coefficient, ``betas[0]`` of every torch p
 ``betas`` (Adam, AdamW, NAdam, RAdam, Adamax ...) and ``beta1`` of a ``psrv.nn`` ``Adam``. Adam's step
 does not grow with beta1 (its bias correction normalizes the average), so nothing else changes.
 
-SGD with momentum (torch's ``SGD``, plain or Nesterov, and ``psrv.nn``'s ``Nesterov``): there the
-momentum also sets the step's size, ``lr / (1 - momentum)`` times the gradient once the momentum has
-built up. Lowering the momentum alone shrinks every step (it lost up to 19 points in the harness), so
-the learning rate is scaled with it, by ``(1 - momentum ** N) / (1 - momentum)``: each minibatch then
-moves the model as far as in one process, and its momentum forgets as fast. Optimizers with neither
-(plain SGD, AdaGrad, RMSprop) are left as given.
+SGD with momentum (torch's ``SGD``, plain or Nesterov, and ``psrv.nn``'s ``Nesterov``) and torch's
+``RMSprop`` with momentum: there the momentum also sets the step's size, ``lr / (1 - momentum)`` times
+the (for RMSprop: normalized) gradient once the momentum has built up. Lowering the momentum alone
+shrinks every step (it lost up to 19 points in the harness), so the learning rate is scaled with it,
+by ``(1 - momentum ** N) / (1 - momentum)``: each minibatch then moves the model as far as in one
+process, and its momentum forgets as fast. Optimizers with neither (plain SGD, AdaGrad, RMSprop without
+momentum) are left as given.
 
 What the user gave is kept beside it (``psrv_momentum_given`` and ``psrv_lr_factor`` in a torch param
 group; attributes on a ``psrv.nn`` updater), so a second call, with any worker count, starts from the
@@ -39,7 +40,8 @@ __all__ = ["MomentumChange", "lr_factor", "momentum_for_workers"]
 
 #: where a torch param group keeps the coefficient its user gave
 GIVEN_KEY = "psrv_momentum_given"
-#: where a torch SGD param group keeps its learning rate as given, as set, and the factor between them
+#: where a torch SGD or RMSprop param group keeps its learning rate as given, as set, and the factor
+#: between them
 LR_FACTOR_KEY = "psrv_lr_factor"
 
 
@@ -55,8 +57,8 @@ class MomentumChange:
 def momentum_for_workers(target: Any, workers: int) -> list[MomentumChange]:
     """Set the momentum of ``target`` (a torch optimizer, a network holding one as ``optimizer``, or a
     ``psrv.nn`` network or updater) to the given coefficient ``** workers`` (with SGD's learning rate
-    scaled to keep its step size); returns what it set (empty where there is no momentum to set: plain
-    SGD, AdaGrad, RMSprop)."""
+    scaled to keep its step size, and RMSprop's with momentum); returns what it set (empty where there
+    is no momentum to set: plain SGD, AdaGrad, RMSprop without momentum)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"momentum_for_workers: workers must be an int >= 1, got {workers!r}")
     updater = getattr(target, "updater", target)  # a psrv.nn network's, or the updater itself
@@ -86,15 +88,16 @@ def _torch(optimizer: Any, workers: int) -> list[MomentumChange]:
             now = given ** workers
             group["betas"] = (now, *tuple(group["betas"])[1:])
             changes.append(MomentumChange(f"{kind} betas[0]", given, now))
-        elif "dampening" in group:
-            changes.extend(_torch_sgd(kind, group, workers))
+        elif "dampening" in group or "centered" in group:  # SGD's groups, RMSprop's
+            changes.extend(_torch_heavy_ball(kind, group, workers))
     return changes
 
 
-def _torch_sgd(kind: str, group: dict[str, Any], workers: int) -> list[MomentumChange]:
-    """SGD's param group (it alone has ``dampening``): momentum ** workers, the lr scaled to match.
-    Plain SGD (no momentum) is left untouched, and so is a momentum of 1 or more, which torch takes
-    but whose step has no finite size to keep."""
+def _torch_heavy_ball(kind: str, group: dict[str, Any], workers: int) -> list[MomentumChange]:
+    """An SGD param group (it alone has ``dampening``) or an RMSprop one (``centered``), whose momentum
+    buffer is ``momentum * buffer + step direction`` and moves the parameters by ``lr * buffer``:
+    momentum ** workers, the lr scaled to match. No momentum is left untouched, and so is a momentum of
+    1 or more, which torch takes but whose step has no finite size to keep."""
     given = float(group.get(GIVEN_KEY, group["momentum"]))
     if not 0.0 < given < 1.0:
         return []

@@ -78,7 +78,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     elif method == "sync":
         result = harness.synchronous(task, setting)
     elif method in ("syncsqrt", "synclin"):  # the N-fold batch with the learning rate scaled up for it
-        base = {"adam": 1e-3, "sgd": 0.01}[optimizer]
+        base = {"adam": 1e-3, "sgd": 0.01, "rmsprop": 1e-4}[optimizer]
         setting.lr = base * (math.sqrt(workers) if method == "syncsqrt" else workers)
         result = harness.synchronous(task, setting)
     elif method == "avg":
@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="mlp,cnn,seq,mlp1m", help="comma-separated, of these four")
-    parser.add_argument("--optimizers", default="adam", help="adam (lr 1e-3), sgd (momentum 0.9, 0.01)")
+    parser.add_argument("--optimizers", default="adam",
+                        help="comma-separated: adam (lr 1e-3), sgd (momentum 0.9, lr 0.01), rmsprop "
+                        "(momentum 0.9, lr 1e-4)")
     parser.add_argument("--workers", default="2,4,8", help="worker counts")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per setting (the table shows medians)")
     parser.add_argument("--first-seed", type=int, default=0,

@@ -97,6 +97,8 @@ def _optimizer(name: str) -> Any:
 
     if name == "sgd":
         return lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    if name == "rmsprop":
+        return lambda params: torch.optim.RMSprop(params, lr=1e-4, momentum=0.9)
     return lambda params: torch.optim.Adam(params, lr=1e-3)
 
 
@@ -119,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="mlp", help="comma-separated tasks of scripts/quality/tasks.py "
                         "(mlp, cnn, seq, mlp1m)")
     parser.add_argument("--workers", type=int, default=2, help="Spark executors and simulated workers")
-    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
-                        help="every run's optimizer, as bench_quality.py's: Adam (lr 1e-3) or SGD with "
-                        "momentum (0.9, lr 0.01)")
+    parser.add_argument("--optimizer", choices=("adam", "sgd", "rmsprop"), default="adam",
+                        help="every run's optimizer, as bench_quality.py's: Adam (lr 1e-3), SGD with "
+                        "momentum (0.9, lr 0.01) or RMSprop with momentum (0.9, lr 1e-4)")
     parser.add_argument("--ways", default="default,dl4j",
                         help="comma-separated ways to share, each run in the harness and on Spark: default "
                         "(psrv's defaults), dl4j (DL4J's: dl4j_threshold(), step_from='shared', "

@@ -99,9 +99,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     alone, as ``SharedTrainingMaster(step_from="shared")`` and DL4J do.
     ``scale_momentum``: True sets the wrapped optimizer's momentum to the given one
     ``** psrv.torch.size()`` when it joins, as ``SharedTrainingMaster`` does by default: Adam's beta1
-    (every param group with ``betas``), and SGD's momentum with its ``lr`` times (1 - momentum ** N) /
-    (1 - momentum), which keeps the step's size (psrv.nn.momentum: with N workers sharing, beta ** N
-    forgets per minibatch as one process does; README's "How much a step learns"). Build an LR
+    (every param group with ``betas``), and SGD's or RMSprop's momentum with its ``lr`` times
+    (1 - momentum ** N) / (1 - momentum), which keeps the step's size (psrv.nn.momentum: with N
+    workers sharing, beta ** N forgets per minibatch as one process does; README's "How much a step
+    learns"). Build an LR
     scheduler that sets ``lr`` from its initial values (LambdaLR, OneCycleLR) after wrapping, so that it
     starts from the scaled ``lr``. Off by default here: the loop is the user's, and the optimizer
     steps as they built it unless they ask.

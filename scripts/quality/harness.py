@@ -50,21 +50,23 @@ Factory = Callable[[], Any]
 class Setting:
     """What every method of one comparison shares: optimizer, workers, seed, how often to evaluate."""
 
-    optimizer: str = "adam"  # "adam" (lr 1e-3) or "sgd" (momentum 0.9, lr 0.01)
+    optimizer: str = "adam"  # "adam" (lr 1e-3), "sgd" (momentum 0.9, lr 0.01), "rmsprop" (the same, 1e-4)
     workers: int = 2
     seed: int = 0
     lr: float | None = None
     evals: int = 12  # evaluations of the test accuracy over the run (for steps to target)
     target: float | None = None  # test accuracy that counts as reached
     test_rows: int = 4000
-    momentum: float = 0.9  # SGD's (0: plain SGD, whose workers keep no state of their own)
+    momentum: float = 0.9  # SGD's and RMSprop's (0: none, e.g. plain SGD, whose workers keep no state)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.lr or 1e-3)
         if self.optimizer == "sgd":
             return torch.optim.SGD(params, lr=self.lr or 0.01, momentum=self.momentum)
-        raise ValueError(f"optimizer: expected 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.optimizer == "rmsprop":
+            return torch.optim.RMSprop(params, lr=self.lr or 1e-4, momentum=self.momentum)
+        raise ValueError(f"optimizer: expected 'adam', 'sgd' or 'rmsprop', got {self.optimizer!r}")
 
 
 @dataclass

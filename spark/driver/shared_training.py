@@ -92,10 +92,10 @@ class SharedTrainingMaster:
     ``scale_momentum=True`` (the default) sets each worker's momentum to the one it was given raised to
     the power of the workers sharing (0.9 becomes 0.81 with 2 workers, 0.43 with 8): Adam's beta1 (any
     optimizer with ``betas``, or a ``psrv.nn`` Adam), and SGD's momentum (torch's ``SGD``, a ``psrv.nn``
-    Nesterov) with its learning rate times (1 - momentum ** N) / (1 - momentum), which keeps the step's
-    size. With N workers every replica takes N steps in the time each worker takes one, and the
-    coefficient that forgets like one process per minibatch is beta ** N (psrv.nn.momentum; README's
-    "How much a step learns").
+    Nesterov) or RMSprop's with its learning rate times (1 - momentum ** N) / (1 - momentum), which
+    keeps the step's size. With N workers every replica takes N steps in the time each worker takes
+    one, and the coefficient that forgets like one process per minibatch is beta ** N
+    (psrv.nn.momentum; README's "How much a step learns").
     ``scale_momentum=False`` keeps the optimizer as given, as DL4J does: DL4J's behaviour as a whole is
     ``threshold_algorithm=dl4j_threshold(), step_from="shared", scale_momentum=False``. The driver's
     network is never changed; ``last_fit["momentum"]`` says what the workers used.

@@ -140,9 +140,10 @@ class EstimatorParams(ModelParams):
                           "NONE to recompute each epoch (unset: the master's default, MEMORY_ONLY)",
                           _to_storage_level)
     scaleMomentum = _param("scaleMomentum", "the default training master sets each worker's momentum "
-                           "(Adam's beta1, SGD's momentum with its lr scaled to keep the step's size) to "
-                           "beta ** (workers sharing), so the shared model's momentum forgets per minibatch "
-                           "as one process's does (False: the optimizer as given)", TypeConverters.toBoolean)
+                           "(Adam's beta1, SGD's or RMSprop's momentum with its lr scaled to keep the "
+                           "step's size) to beta ** (workers sharing), so the shared model's momentum "
+                           "forgets per minibatch as one process's does (False: the optimizer as given)",
+                           TypeConverters.toBoolean)
 
     def __init__(self) -> None:
         super().__init__()

@@ -18,7 +18,8 @@ from psrv.encoding import (  # noqa: E402
     encode_counted,
 )
 from psrv.encoding import device as dev  # noqa: E402
-from test_encoding import MALFORMED, residuals, uint_view  # noqa: E402
+from test_encoding import residuals, uint_view  # noqa: E402
+from test_encoding_messages import MALFORMED  # noqa: E402
 
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CUDA = torch.cuda.is_available()

@@ -86,8 +86,8 @@ def test_scale_momentum_reaches_the_default_master_and_is_refused_for_a_given_on
     assert _estimator().getScaleMomentum() is True
     assert _estimator(scale_momentum=False)._master().scale_momentum is False
     assert _estimator(scaleMomentum=False).getScaleMomentum() is False  # Spark's own name
-    assert "scaleMomentum: the default training master sets each worker's momentum (Adam's beta1, SGD's " \
-        "momentum with its lr scaled" in _estimator().explainParams()
+    assert "scaleMomentum: the default training master sets each worker's momentum (Adam's beta1, SGD's or " \
+        "RMSprop's momentum with its lr scaled" in _estimator().explainParams()
     with pytest.raises(SparkConfigError, match="scaleMomentum.*requires value of type bool"):
         _estimator(scale_momentum="sometimes")
     given = _estimator(scale_momentum=False, training_master=SharedTrainingMaster())

@@ -1,5 +1,5 @@
-"""Momentum for N sharing workers: Adam's beta1 and SGD's momentum become the given one ** N (SGD's lr
-scaled so a gradient's step keeps its size), always from the given value."""
+"""Momentum for N sharing workers: Adam's beta1 and SGD's and RMSprop's momentum become the given one
+** N (their lr scaled so a gradient's step keeps its size), always from the given value."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_the_given_value_travels_with_the_state_dict() -> None:
     assert again.param_groups[0]["betas"][0] == 0.9
 
 
-@pytest.mark.parametrize("kind", ["adam", "sgd"])
+@pytest.mark.parametrize("kind", ["adam", "sgd", "rmsprop", "rmsprop-centered"])
 def test_the_scaled_optimizer_steps_as_torch_does_with_the_scaled_values_given(kind: str) -> None:
     torch.manual_seed(0)
     module = torch.nn.Linear(4, 3)
@@ -59,6 +59,12 @@ def test_the_scaled_optimizer_steps_as_torch_does_with_the_scaled_values_given(k
         scaled = torch.optim.Adam(module.parameters(), lr=1e-2)
         momentum_for_workers(scaled, 3)
         reference = torch.optim.Adam(twin.parameters(), lr=1e-2, betas=(0.9 ** 3, 0.999))
+    elif kind.startswith("rmsprop"):
+        centered = kind.endswith("centered")
+        scaled = torch.optim.RMSprop(module.parameters(), lr=1e-3, momentum=0.9, centered=centered)
+        momentum_for_workers(scaled, 3)
+        reference = torch.optim.RMSprop(twin.parameters(), lr=1e-3 * lr_factor(0.9, 3), momentum=0.9 ** 3,
+                                        centered=centered)
     else:
         scaled = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
         momentum_for_workers(scaled, 3)
@@ -75,7 +81,7 @@ def test_the_scaled_optimizer_steps_as_torch_does_with_the_scaled_values_given(k
 
 
 @pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1),
-                                  lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.5),
+                                  lambda ps: torch.optim.RMSprop(ps, lr=0.1),
                                   lambda ps: torch.optim.Adagrad(ps, lr=0.1)])
 def test_optimizers_without_momentum_to_scale_are_left_as_given(make) -> None:
     optimizer = make(torch.nn.Linear(2, 2).parameters())
@@ -168,6 +174,35 @@ def test_sgd_the_given_values_travel_with_the_state_dict() -> None:
     assert again.param_groups[0][GIVEN_KEY] == 0.9 and again.param_groups[0][LR_FACTOR_KEY][0] == 0.01
     momentum_for_workers(again, 1)
     assert again.param_groups[0]["momentum"] == 0.9 and again.param_groups[0]["lr"] == 0.01
+
+
+def test_rmsprop_with_momentum_gets_it_to_the_power_of_the_workers_with_its_lr_scaled_and_restored() -> None:
+    optimizer = torch.optim.RMSprop(torch.nn.Linear(3, 2).parameters(), lr=1e-3, momentum=0.8, alpha=0.95)
+    changes = momentum_for_workers(optimizer, 4)
+    group = optimizer.param_groups[0]
+    assert [(c.name, c.given) for c in changes] == [("RMSprop momentum", 0.8), ("RMSprop lr", 1e-3)]
+    assert group["momentum"] == pytest.approx(0.8 ** 4, abs=1e-15)
+    assert group["lr"] == pytest.approx(1e-3 * (1 - 0.8 ** 4) / 0.2, rel=1e-14)
+    assert group["alpha"] == 0.95  # its second moment's coefficient stays as given
+    momentum_for_workers(optimizer, 1)
+    assert group["momentum"] == 0.8 and group["lr"] == 1e-3  # bit for bit
+
+
+def test_rmsprop_scaled_moves_as_far_per_gradient_as_given_once_its_averages_have_built_up() -> None:
+    """RMSprop's step under a constant gradient settles at lr * sign(g) / (1 - momentum): the same with
+    momentum ** 4 and the scaled lr."""
+    steps = []
+    for workers in (1, 4):
+        p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        optimizer = torch.optim.RMSprop([p], lr=1e-3, momentum=0.9, eps=1e-12)
+        momentum_for_workers(optimizer, workers)
+        for _ in range(3000):
+            before = p.detach().clone()
+            p.grad = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+            optimizer.step()
+        steps.append((p.detach() - before).numpy())
+    np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9)
+    np.testing.assert_allclose(steps[0], -1e-3 * np.array([1.0, -1.0, 1.0]) / (1 - 0.9), rtol=1e-9)
 
 
 @pytest.mark.parametrize("nesterov", [False, True])

@@ -166,19 +166,22 @@ def test_scaled_momentum_is_each_worker_stepping_with_beta1_to_the_power_of_the_
     assert scaled.replica_gap < 1e-12
 
 
-def test_scaled_momentum_with_sgd_is_each_worker_stepping_with_momentum_to_the_power_lr_scaled() -> None:
-    """With SGD, scale_momentum is bit for bit the run whose workers were given momentum 0.9 ** 3 and the
-    lr times (1 - 0.9 ** 3) / (1 - 0.9); the drain still leaves every replica on the master copy."""
+@pytest.mark.parametrize(("optimizer", "lr"), [("sgd", 0.01), ("rmsprop", 1e-4)])
+def test_scaled_momentum_with_sgd_is_each_worker_stepping_with_momentum_to_the_power_lr_scaled(
+        optimizer: str, lr: float) -> None:
+    """With SGD (and RMSprop with momentum), scale_momentum is bit for bit the run whose workers were
+    given momentum 0.9 ** 3 and the lr times (1 - 0.9 ** 3) / (1 - 0.9); the drain still leaves every
+    replica on the master copy."""
     from psrv.nn.momentum import lr_factor
 
     task = tasks.make("tiny", epochs=2)
     config = dict(threshold=SampledQuantileThreshold, delay=1, own_point=True)
-    scaled = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3),
+    scaled = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3),
                              harness.Sharing(scale_momentum=True, **config), dtype=F64)
-    given = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3, momentum=0.9 ** 3,
-                                                  lr=0.01 * lr_factor(0.9, 3)),
+    given = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3, momentum=0.9 ** 3,
+                                                  lr=lr * lr_factor(0.9, 3)),
                             harness.Sharing(**config), dtype=F64)
-    plain = harness.sharing(task, harness.Setting(optimizer="sgd", workers=3), harness.Sharing(**config),
+    plain = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3), harness.Sharing(**config),
                             dtype=F64)
     np.testing.assert_array_equal(scaled.params, given.params)
     assert not np.array_equal(scaled.params, plain.params)
