@@ -188,39 +188,28 @@ def test_rmsprop_with_momentum_gets_it_to_the_power_of_the_workers_with_its_lr_s
     assert group["momentum"] == 0.8 and group["lr"] == 1e-3  # bit for bit
 
 
-def test_rmsprop_scaled_moves_as_far_per_gradient_as_given_once_its_averages_have_built_up() -> None:
-    """RMSprop's step under a constant gradient settles at lr * sign(g) / (1 - momentum): the same with
-    momentum ** 4 and the scaled lr."""
-    steps = []
+@pytest.mark.parametrize(("make", "steps", "settled"), [
+    (lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9), 400, [0.1, -0.2, 0.05]),
+    (lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, nesterov=True), 400, [0.1, -0.2, 0.05]),
+    # RMSprop normalizes the gradient: its step settles at lr * sign(g) / (1 - momentum)
+    (lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.9, eps=1e-12), 3000, [0.01, -0.01, 0.01]),
+], ids=["sgd", "nesterov", "rmsprop"])
+def test_scaled_moves_as_far_per_gradient_as_given_once_its_momentum_has_built_up(
+        make, steps: int, settled: list[float]) -> None:
+    """The property the lr factor is for: under a constant gradient g, the step with momentum ** 4 and
+    the scaled lr settles at the size of the given optimizer's, lr * g / (1 - momentum) (SGD)."""
+    last = []
     for workers in (1, 4):
         p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
-        optimizer = torch.optim.RMSprop([p], lr=1e-3, momentum=0.9, eps=1e-12)
+        optimizer = make([p])
         momentum_for_workers(optimizer, workers)
-        for _ in range(3000):
+        for _ in range(steps):
             before = p.detach().clone()
             p.grad = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
             optimizer.step()
-        steps.append((p.detach() - before).numpy())
-    np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9)
-    np.testing.assert_allclose(steps[0], -1e-3 * np.array([1.0, -1.0, 1.0]) / (1 - 0.9), rtol=1e-9)
-
-
-@pytest.mark.parametrize("nesterov", [False, True])
-def test_sgd_scaled_moves_as_far_per_gradient_as_given_once_its_momentum_has_built_up(nesterov) -> None:
-    """The property the lr factor is for: under a constant gradient, the step of SGD with momentum
-    ** 4 and the scaled lr settles at the size of the given SGD's, lr * g / (1 - momentum)."""
-    steps = []
-    for workers in (1, 4):
-        p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
-        optimizer = torch.optim.SGD([p], lr=0.01, momentum=0.9, nesterov=nesterov)
-        momentum_for_workers(optimizer, workers)
-        for _ in range(400):
-            before = p.detach().clone()
-            p.grad = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-            optimizer.step()
-        steps.append((p.detach() - before).numpy())
-    np.testing.assert_allclose(steps[1], steps[0], rtol=1e-9)
-    np.testing.assert_allclose(steps[0], -0.01 * np.array([1.0, -2.0, 0.5]) / (1 - 0.9), rtol=1e-9)
+        last.append((p.detach() - before).numpy())
+    np.testing.assert_allclose(last[1], last[0], rtol=1e-9)
+    np.testing.assert_allclose(last[0], -np.array(settled), rtol=1e-9)
 
 
 def test_a_psrv_nesterov_gets_momentum_to_the_power_and_its_lr_scaled_and_is_restored() -> None:
