@@ -238,21 +238,28 @@ def test_stepping_from_its_own_point_alone_the_model_is_the_bare_optimizers_bit_
     np.testing.assert_array_equal(torch.nn.utils.parameters_to_vector(model.parameters()).detach(), start)
 
 
-def test_a_wrapped_sgd_with_its_momentum_set_for_the_workers_steps_as_sgd_built_with_those_values() -> None:
-    """What joining with scale_momentum=True does to a wrapped SGD (``momentum_for_workers`` of the wrapped
-    optimizer, for 3 workers): it steps, through the step buffer, as a bare SGD built with momentum 0.9 **
-    3 and the lr scaled to keep the step's size, bit for bit, a StepLR attached before wrapping included."""
+@pytest.mark.parametrize("kind", ["SGD", "RMSprop"])
+def test_a_wrapped_optimizer_with_its_momentum_set_for_the_workers_steps_as_one_built_with_those_values(
+        kind: str) -> None:
+    """What joining with scale_momentum=True does to a wrapped SGD (or RMSprop with momentum):
+    ``momentum_for_workers`` of the wrapped optimizer, for 3 workers. It steps, through the step buffer,
+    as a bare one built with momentum 0.9 ** 3 and the lr scaled to keep the step's size, bit for bit,
+    a StepLR attached before wrapping included."""
     from psrv.nn.momentum import lr_factor, momentum_for_workers
 
+    def make(params, lr: float, momentum: float) -> torch.optim.Optimizer:
+        if kind == "SGD":
+            return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True)
+        return torch.optim.RMSprop(params, lr=lr, momentum=momentum, centered=True)
+
     reference, model = _model(), _model()
-    bare = torch.optim.SGD(reference.parameters(), lr=0.05 * lr_factor(0.9, 3), momentum=0.9 ** 3,
-                           nesterov=True)
-    inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+    bare = make(reference.parameters(), 0.05 * lr_factor(0.9, 3), 0.9 ** 3)
+    inner = make(model.parameters(), 0.05, 0.9)
     schedulers = [torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.5) for o in (bare, inner)]
     wrapped = DistributedOptimizer(inner, model, join=False, threshold_algorithm=FixedThreshold(1e6),
                                    post_processor=NoResidualPostProcessor())
     changes = momentum_for_workers(wrapped.optimizer, 3)
-    assert [(c.name, c.given) for c in changes] == [("SGD momentum", 0.9), ("SGD lr", 0.05)]
+    assert [(c.name, c.given) for c in changes] == [(f"{kind} momentum", 0.9), (f"{kind} lr", 0.05)]
     assert wrapped.param_groups[0]["lr"] == bare.param_groups[0]["lr"]
     for step in range(5):
         for net, opt in ((reference, bare), (model, wrapped)):
