@@ -37,12 +37,18 @@ class WakePipe:
             self.push.send(b"", zmq.NOBLOCK)
 
     def drain(self) -> None:
-        self._pending = False
+        """Take every wake out of the pipe, then let ``wake()`` send again. In this order, a wake that
+        came before the flag is cleared had its work queued before it (the loop handles that work after
+        draining), and any later wake sends a message the next poll sees. The other order could take a
+        wake's message out after clearing the flag, leaving the flag set with the pipe empty: every
+        later wake would then wait for the poll's timeout."""
         while True:
             try:
                 self.pull.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
+        with self._lock:
+            self._pending = False
 
     def close(self) -> None:
         for sock in (self.pull, self.push):

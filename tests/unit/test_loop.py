@@ -204,3 +204,54 @@ def test_a_machine_stops_the_loop_with_its_error() -> None:
         loop.wait(10.0)
     assert not loop.running and loop.error is error
     assert not machine.of(Stopping)  # it stopped itself: no goodbyes asked for
+
+
+def test_no_wake_is_lost_when_threads_wake_the_loop_while_it_drains() -> None:
+    """Three threads queue work and wake a loop that polls with a 5 s timeout, 400 times each, while
+    the loop drains the wake pipe: every piece of work is done within 2 s, i.e. no wake was lost to the
+    poll's timeout. (Clearing the pipe's flag before taking its messages out could take a later wake's
+    message with it: the flag stayed set, the pipe empty, and every later wake waited for the poll.)"""
+    import queue
+    import threading
+
+    from psrv.transport.wake import WakePipe
+
+    ctx = zmq.Context()
+    pipe = WakePipe()
+    pipe.open(ctx, "inproc://test-wake-pipe")
+    poller = zmq.Poller()
+    poller.register(pipe.pull, zmq.POLLIN)
+    work: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            if pipe.pull in dict(poller.poll(5000)):
+                pipe.drain()
+            while not work.empty():
+                work.get_nowait().set()
+
+    late: list[int] = []
+
+    def waker() -> None:
+        for i in range(400):
+            done = threading.Event()
+            work.put(done)
+            pipe.wake()
+            if not done.wait(2.0):
+                late.append(i)
+                return
+
+    looping = threading.Thread(target=loop, daemon=True)
+    looping.start()
+    wakers = [threading.Thread(target=waker, daemon=True) for _ in range(3)]
+    for thread in wakers:
+        thread.start()
+    for thread in wakers:
+        thread.join(30)
+    stop.set()
+    pipe.wake()
+    looping.join(10)
+    pipe.close()
+    ctx.term()
+    assert late == [], f"work waited for the poll's timeout after wakes {late}"
