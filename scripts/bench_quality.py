@@ -78,8 +78,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     elif method == "sync":
         result = harness.synchronous(task, setting)
     elif method in ("syncsqrt", "synclin"):  # the N-fold batch with the learning rate scaled up for it
-        base = {"adam": 1e-3, "sgd": 0.01, "rmsprop": 1e-4}[optimizer]
-        setting.lr = base * (math.sqrt(workers) if method == "syncsqrt" else workers)
+        setting.lr = harness.DEFAULT_LR[optimizer] * (math.sqrt(workers) if method == "syncsqrt" else workers)
         result = harness.synchronous(task, setting)
     elif method == "avg":
         result = harness.parameter_averaging(task, setting)

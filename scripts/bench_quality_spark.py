@@ -92,14 +92,16 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
 
 def _optimizer(name: str) -> Any:
     """The harness's optimizer (``harness.Setting.make_optimizer``) as a function of this script, which
-    travels to the executors by value."""
+    travels to the executors by value (the harness's module does not: only its learning rate does)."""
     import torch
+    from quality.harness import DEFAULT_LR
 
+    lr = DEFAULT_LR[name]
     if name == "sgd":
-        return lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)
+        return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
     if name == "rmsprop":
-        return lambda params: torch.optim.RMSprop(params, lr=1e-4, momentum=0.9)
-    return lambda params: torch.optim.Adam(params, lr=1e-3)
+        return lambda params: torch.optim.RMSprop(params, lr=lr, momentum=0.9)
+    return lambda params: torch.optim.Adam(params, lr=lr)
 
 
 def _harness(task_name: str, seed: int, workers: int, method: str,

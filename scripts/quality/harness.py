@@ -45,6 +45,9 @@ __all__ = ["FlushingQuantile", "Result", "Setting", "Sharing", "batches", "flush
 
 Factory = Callable[[], Any]
 
+#: each optimizer's learning rate where a run does not set one (SGD and RMSprop with momentum 0.9)
+DEFAULT_LR = {"adam": 1e-3, "sgd": 0.01, "rmsprop": 1e-4}
+
 
 @dataclass
 class Setting:
@@ -60,13 +63,14 @@ class Setting:
     momentum: float = 0.9  # SGD's and RMSprop's (0: none, e.g. plain SGD, whose workers keep no state)
 
     def make_optimizer(self, params: Any) -> torch.optim.Optimizer:
+        if self.optimizer not in DEFAULT_LR:
+            raise ValueError(f"optimizer: expected 'adam', 'sgd' or 'rmsprop', got {self.optimizer!r}")
+        lr = self.lr or DEFAULT_LR[self.optimizer]
         if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr or 1e-3)
+            return torch.optim.Adam(params, lr=lr)
         if self.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=self.lr or 0.01, momentum=self.momentum)
-        if self.optimizer == "rmsprop":
-            return torch.optim.RMSprop(params, lr=self.lr or 1e-4, momentum=self.momentum)
-        raise ValueError(f"optimizer: expected 'adam', 'sgd' or 'rmsprop', got {self.optimizer!r}")
+            return torch.optim.SGD(params, lr=lr, momentum=self.momentum)
+        return torch.optim.RMSprop(params, lr=lr, momentum=self.momentum)
 
 
 @dataclass
