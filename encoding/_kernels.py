@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from psrv.encoding._numba_cache import apply_cache_dir_from_env
+from psrv.encoding._numba_cache import apply_cache_dir_from_env, install_content_keyed_locator
 from psrv.encoding.update_header import HEADER_WORDS, WORD_ELEMENTS
 
 apply_cache_dir_from_env()  # must run before numba is imported: numba reads NUMBA_CACHE_DIR at import
@@ -26,6 +26,8 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import types  # noqa: E402
 from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402
+
+install_content_keyed_locator()  # every copy of this source (an archive unpacked per executor): one compile
 
 #: elements per block of the scan (one 64-bit hit mask); a multiple of 16, so blocks hold whole bitmap words
 BLOCK = 64

@@ -134,10 +134,11 @@ def test_wheel_in_a_packed_environment_runs_the_readme_example_on_local_cluster(
     assert example.endswith("spark.stop()\n")  # the checks below run before the session stops
     script.write_text(example[:-len("spark.stop()\n")] + EPILOGUE)
     results = tmp_path / "results.json"
+    kernel_cache = tmp_path / "numba-cache"
     env = _outside_env()
     # as after `source venv/bin/activate` (spark-submit finds its SPARK_HOME through python3 on PATH)
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv),
-               SPARK_LOCAL_IP="127.0.0.1", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+               SPARK_LOCAL_IP="127.0.0.1", PSRV_NUMBA_CACHE_DIR=str(kernel_cache))
     _run([venv / "bin" / "spark-submit", "--master", "local-cluster[2,1,1024]",
           "--archives", f"{archive}#environment",
           "--conf", "spark.pyspark.python=./environment/bin/python",
@@ -145,7 +146,7 @@ def test_wheel_in_a_packed_environment_runs_the_readme_example_on_local_cluster(
           "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
           "--conf", "spark.driver.memory=1g", "--conf", "spark.executor.memory=1g",
-          "--conf", f"spark.executorEnv.NUMBA_CACHE_DIR={tmp_path / 'numba-cache'}",
+          "--conf", f"spark.executorEnv.PSRV_NUMBA_CACHE_DIR={kernel_cache}",
           script, results], cwd=tmp_path, env=env)
     report = json.loads(results.read_text())
 
@@ -164,4 +165,7 @@ def test_wheel_in_a_packed_environment_runs_the_readme_example_on_local_cluster(
             assert not location.is_relative_to(ROOT), place
         assert place["version"] == version
     assert report["rows"] == 2000
+    # the driver's venv and each executor's unpacked copy file psrv's kernels in one content-keyed folder
+    folders = sorted(p.name for p in kernel_cache.iterdir())
+    assert len(folders) == 1 and folders[0].startswith("psrv-encoding_"), folders
     assert report["accuracy"] > 0.8  # the two classes are linearly separable; chance is about 0.5
