@@ -19,6 +19,7 @@ where set, still wins.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -49,8 +50,15 @@ def apply_cache_dir_from_env() -> str | None:
 
 def content_subpath(py_file: str) -> str:
     """The cache folder of ``py_file``'s kernels: its folder's name and a hash of its bytes, not its path."""
-    digest = hashlib.sha1(Path(py_file).read_bytes()).hexdigest()
-    return f"{SUBPATH_PREFIX}-{Path(py_file).resolve().parent.name}_{digest}"
+    path = Path(py_file).resolve()
+    stat = path.stat()
+    return f"{SUBPATH_PREFIX}-{path.parent.name}_{_digest(path, stat.st_mtime_ns, stat.st_size)}"
+
+
+@functools.cache
+def _digest(path: Path, mtime_ns: int, size: int) -> str:
+    """The file's SHA-1, read once per version of the file (every kernel of a module asks for it)."""
+    return hashlib.sha1(path.read_bytes()).hexdigest()
 
 
 def _in_package(py_file: str) -> bool:

@@ -69,7 +69,10 @@ def triple(x):
     return 3 * x
 """
 
-COPY_PROBE = PROBE.replace("import numba\n", "import numba, user_kernel\nassert user_kernel.triple(2) == 6\n")
+# PROBE, also calling a user's own cached function and naming the psrv it imported
+COPY_PROBE = (PROBE.replace("import numba\n",
+                           "import numba, user_kernel\nassert user_kernel.triple(2) == 6\n")
+              .replace('"seconds"', '"file": psrv.encoding.__file__, "seconds"'))
 
 
 def _copy_of_psrv_encoding(root: Path) -> Path:
@@ -88,9 +91,8 @@ def _copy_of_psrv_encoding(root: Path) -> Path:
 def _probe_copy(root: Path, cache: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PSRV_NUMBA_CACHE_DIR")}
     env.update(PSRV_NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(root))
-    probe = COPY_PROBE.replace('"seconds"', '"file": psrv.encoding.__file__, "seconds"')
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=150,
-                          cwd=root)
+    done = subprocess.run([sys.executable, "-c", COPY_PROBE], env=env, capture_output=True, text=True,
+                          timeout=150, cwd=root)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
