@@ -7,3 +7,85 @@ import tempfile
 
 # Compiled numba kernels are cached per test run in a writable place, as on a Spark executor.
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), "psrv-numba-cache"))
+
+
+# --- parallel runs ---------------------------------------------------------------------------------------
+# README's test command runs the suite on every core (pytest-xdist, `-n auto --dist loadfile` in
+# pyproject.toml). A test file is one unit of work, so a module's fixtures run once. Two more units span
+# files: every test of the run's one Spark session (tests/spark/conftest.py's `spark`), and the tests
+# reading the one user-script application (`user_script_run`); each still starts once per run, in the
+# one worker process that runs its unit. The longest units start first, so no worker is left with one
+# of them at the end.
+SPARK_SESSION_UNIT = "spark-session"
+USER_SCRIPT_UNIT = "user-script-application"
+USER_SCRIPT_FILES = frozenset({"tests/spark/test_fit_failures.py", "tests/spark/test_user_path.py"})
+# files under tests/spark that never use the shared session (their own application, or no Spark at all)
+OWN_SPARK_FILES = frozenset({
+    "tests/spark/test_demo.py", "tests/spark/test_environment_check.py", "tests/spark/test_examples.py",
+    "tests/spark/test_multihost_export.py", "tests/spark/test_packaged.py",
+    "tests/spark/test_prefetch_batching.py", "tests/spark/test_spark_data_local.py",
+})
+LONGEST_FIRST = (SPARK_SESSION_UNIT, "tests/cluster/test_netns_cluster.py", "tests/spark/test_packaged.py",
+                 USER_SCRIPT_UNIT, "tests/sim/test_real.py", "tests/spark/test_examples.py",
+                 "tests/spark/test_multihost_export.py", "tests/spark/test_environment_check.py",
+                 "tests/spark/test_demo.py")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to in a parallel run (see above)."""
+    path = nodeid.split("::", 1)[0]
+    if path in USER_SCRIPT_FILES:
+        return USER_SCRIPT_UNIT
+    if path.startswith("tests/spark/") and path not in OWN_SPARK_FILES:
+        return SPARK_SESSION_UNIT
+    return path
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that uses the shared Spark session or the user-script application outside its unit would
+    start a second one in another worker: refused at collection, naming the fix."""
+    import pytest
+
+    wrong = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        unit = work_unit(item.nodeid)
+        if fixtures & {"spark", "spark_context"} and unit != SPARK_SESSION_UNIT:
+            wrong.append(f"{item.nodeid} uses the shared Spark session but belongs to {unit!r}")
+        if "user_script_run" in fixtures and unit != USER_SCRIPT_UNIT:
+            wrong.append(f"{item.nodeid} reads the user-script application but belongs to {unit!r}")
+    if wrong:
+        raise pytest.UsageError("tests/conftest.py's work units: " + "; ".join(wrong)
+                                + " (fix: OWN_SPARK_FILES or USER_SCRIPT_FILES there)")
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # run without pytest-xdist (`-p no:xdist`): serial, nothing to schedule
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    import pytest
+
+    class _WorkUnitScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with ``work_unit`` as the scope, the longest units queued first."""
+
+        _ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:
+                self._ordered = True
+                rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+                units = sorted(self.workqueue.items(), key=lambda kv: rank.get(kv[0], len(rank)))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") == "loadfile":
+            return _WorkUnitScheduling(config, log)
+        return None
