@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
+
 # Compiled numba kernels are cached per test run in a writable place, as on a Spark executor.
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), "psrv-numba-cache"))
 
@@ -44,8 +46,6 @@ def work_unit(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items) -> None:
     """A test that uses the shared Spark session or the user-script application outside its unit would
     start a second one in another worker: refused at collection, naming the fix."""
-    import pytest
-
     wrong = []
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -61,12 +61,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 try:
     from xdist.scheduler import LoadScopeScheduling
-except ImportError:  # run without pytest-xdist (`-p no:xdist`): serial, nothing to schedule
+except ImportError:  # pytest-xdist not installed: nothing to schedule
     LoadScopeScheduling = None
 
 if LoadScopeScheduling is not None:
-    import pytest
-
     class _WorkUnitScheduling(LoadScopeScheduling):
         """xdist's scope scheduling with ``work_unit`` as the scope, the longest units queued first."""
 
