@@ -16,10 +16,17 @@ core. ``--optimizers adam,sgd`` doubles the runs; ``--tasks`` and ``--methods`` 
 keeps every run (its accuracy curve included) so that ``--load`` prints the tables again, at another
 ``--target`` or with ``--targets`` (steps against synchronous averaging's at several targets at once).
 
+Learning rates: each optimizer's own by default (Adam 1e-3, SGD 0.01, RMSprop 1e-4). ``--lr-scale F``
+runs every method at F times it, one process included (its rows are named "lr x F", so they are compared
+only with their like); a method ``sync@K`` is synchronous averaging at K times it, beside one process at
+the optimizer's own (``--methods one,sync@4,sync@8,sync@16``: the best synchronous averaging can do at
+equal epochs, over a grid of learning rates).
+
     .venv/bin/python scripts/bench_quality.py                     # the full table
     .venv/bin/python scripts/bench_quality.py --tasks mlp --workers 2 --seeds 1
     .venv/bin/python scripts/bench_quality.py --tasks mlp1m --epochs 4 --save runs.json
     .venv/bin/python scripts/bench_quality.py --load runs.json --targets 0.8,0.9,0.97
+    .venv/bin/python scripts/bench_quality.py --tasks cnn --workers 8 --methods one,sync@8,sync@16
 """
 
 from __future__ import annotations
@@ -57,6 +64,27 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "quantown": "sharing, quantile τ, steps from own point",
           "quant3": "sharing, quantile τ at 3 %, steps from own point",
           "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)"}
+#: a method ``sync@K``: synchronous averaging at K times the optimizer's learning rate
+SYNC_AT = "sync@"
+
+
+def sync_factor(method: str) -> float | None:
+    """K of a method ``sync@K`` (None for any other name); ValueError where K is not a positive number."""
+    if not method.startswith(SYNC_AT):
+        return None
+    try:
+        factor = float(method[len(SYNC_AT):])
+    except ValueError:
+        factor = math.nan
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"{method!r}: expected {SYNC_AT}K with K a positive number, e.g. {SYNC_AT}8")
+    return factor
+
+
+def label(method: str) -> str:
+    """A method's name in the tables."""
+    factor = sync_factor(method)
+    return LABELS[method] if factor is None else f"sync averaging, lr x {factor:g}"
 
 
 def _run(job: tuple[Any, ...]) -> dict[str, Any]:
@@ -69,16 +97,20 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     name, optimizer, workers, seed, method, delay, jitter, epochs = job[:8]
     sparsity = job[8] if len(job) > 8 and job[8] else DEFAULT_SPARSITY
     interleave = bool(job[9]) if len(job) > 9 else False
+    lr = harness.DEFAULT_LR[optimizer] * (job[10] if len(job) > 10 and job[10] else 1.0)
     task = tasks.make(name, seed, **({"epochs": epochs} if epochs else {}))
-    setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed)
+    setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed, lr=lr)
     started = time.perf_counter()
     rounds = task.epochs * (len(task.y_train) // (task.batch_size * workers))
     if method == "one":
-        result = harness.one_process(task, harness.Setting(optimizer=optimizer, workers=1, seed=seed))
+        result = harness.one_process(task, harness.Setting(optimizer=optimizer, workers=1, seed=seed, lr=lr))
     elif method == "sync":
         result = harness.synchronous(task, setting)
     elif method in ("syncsqrt", "synclin"):  # the N-fold batch with the learning rate scaled up for it
-        setting.lr = harness.DEFAULT_LR[optimizer] * (math.sqrt(workers) if method == "syncsqrt" else workers)
+        setting.lr = lr * (math.sqrt(workers) if method == "syncsqrt" else workers)
+        result = harness.synchronous(task, setting)
+    elif method.startswith(SYNC_AT):
+        setting.lr = lr * sync_factor(method)
         result = harness.synchronous(task, setting)
     elif method == "avg":
         result = harness.parameter_averaging(task, setting)
@@ -111,7 +143,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True)}[method]
         config.delay, config.jitter, config.interleave = delay, jitter, interleave
-        result = harness.sharing(task, setting, config, LABELS[method])
+        result = harness.sharing(task, setting, config, label(method))
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,
             "bytes": result.bytes_total, "unpacked": result.bytes_unpacked or result.bytes_total,
             "dense": result.dense_per_step, "first100": result.bytes_first100,
@@ -162,9 +194,10 @@ def _by_seed(runs: list[dict[str, Any]], targets: dict[int, float]) -> dict[int,
 
 def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs with ``job`` as (task, optimizer, workers, seed, method); a task run for other than its
-    own epochs, with a delay, with the default at another sparsity or with the workers interleaved is
-    named with them ("mlp1m, 4 epochs", "cnn, delay 1+2", "seq, sparsity 0.015", "cnn, interleaved"),
-    so that runs loaded together are compared only with their like."""
+    own epochs, with a delay, with the default at another sparsity, with the workers interleaved or at
+    another learning rate is named with them ("mlp1m, 4 epochs", "cnn, delay 1+2", "seq, sparsity
+    0.015", "cnn, interleaved", "cnn, lr x 2"), so that runs loaded together are compared only with
+    their like."""
     keyed = []
     for r in results:
         name, optimizer, workers, seed, method, delay, jitter = r["job"][:7]
@@ -174,6 +207,8 @@ def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         name += f", {epochs} epochs" if epochs else ""
         name += f", sparsity {sparsity}" if sparsity else ""
         name += ", interleaved" if interleave else ""
+        lr_scale = r["job"][10] if len(r["job"]) > 10 else 0.0
+        name += f", lr x {lr_scale:g}" if lr_scale and lr_scale != 1 else ""
         name += f", delay {delay}+{jitter}" if delay or jitter else ""
         keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
     return keyed
@@ -197,7 +232,7 @@ def ratio_table(results: list[dict[str, Any]], fractions: list[float]) -> list[s
             for fraction in fractions:
                 targets = {seed: fraction * acc for seed, acc in one.items()}
                 cells.append(_steps_vs_sync(group, _by_seed(sync, targets), _by_seed(group, targets)))
-            lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {' | '.join(cells)} |")
+            lines.append(f"| {name} | {optimizer} | {workers} | {label(method)} | {' | '.join(cells)} |")
     return lines
 
 
@@ -252,7 +287,7 @@ def table(results: list[dict[str, Any]], target: float) -> list[str]:
             unpacked_ratio = f"{unpacked / dense:.4f}" if unpacked else "-"
             first = _median([r["first100"] / max(1, min(100, r["steps"])) / r["steady"]
                              for r in group]) if total else None
-            lines.append(f"| {name} | {optimizer} | {workers} | {LABELS[method]} | {acc:.3f} | {vs} | "
+            lines.append(f"| {name} | {optimizer} | {workers} | {label(method)} | {acc:.3f} | {vs} | "
                          f"{paired} | {vs_sync} | {steps} | {vs_steps} | "
                          f"{total / 1e6:.2f} MB | {ratio} | {unpacked_ratio} | "
                          f"{'-' if first is None else f'{first:.2f}'} | "
@@ -271,7 +306,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per setting (the table shows medians)")
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the seeds are first-seed, first-seed + 1, ... (to run seeds in parts)")
-    parser.add_argument("--methods", default="one,sync,exact,dl4j,default", help=",".join(METHODS))
+    parser.add_argument("--methods", default="one,sync,exact,dl4j,default",
+                        help=",".join(METHODS)
+                        + f", {SYNC_AT}K (synchronous averaging at K x the learning rate)")
     parser.add_argument("--sparsity", type=float, default=DEFAULT_SPARSITY,
                         help=f"the fraction of the elements the default method's quantile τ sends "
                         f"(default {DEFAULT_SPARSITY}, the shipped default's)")
@@ -279,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="epochs of every task (default: each task's own, see README)")
     parser.add_argument("--delay", type=int, default=0, help="rounds between an encode and the peers' apply")
     parser.add_argument("--jitter", type=int, default=0, help="up to this many more rounds, per receiver")
+    parser.add_argument("--lr-scale", type=float, default=1.0, metavar="F",
+                        help="every method, one process included, at F x the optimizer's learning rate "
+                        "(default 1: Adam 1e-3, SGD 0.01, RMSprop 1e-4); rows are named 'lr x F'")
     parser.add_argument("--interleave", action="store_true",
                         help="sharing's workers step one after the other within a round, each after the "
                         "round's earlier workers' updates arrived (with --delay 0), as workers taking "
@@ -306,9 +346,14 @@ def main(argv: list[str] | None = None) -> None:
         _print_tables(results, args)
         return
     methods = [m for m in args.methods.split(",") if m]
-    unknown = sorted(set(methods) - set(METHODS))
+    try:
+        unknown = sorted(m for m in set(methods) - set(METHODS) if sync_factor(m) is None)
+    except ValueError as exc:
+        parser.error(f"--methods: {exc}")
     if unknown:
-        parser.error(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+        parser.error(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}, {SYNC_AT}K")
+    if not (math.isfinite(args.lr_scale) and args.lr_scale > 0):
+        parser.error(f"--lr-scale: expected a positive number, got {args.lr_scale}")
     from psrv.encoding import SampledQuantileThreshold
 
     try:  # refused here, before any run, as the threshold refuses it
@@ -316,16 +361,17 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(f"--sparsity: {exc}")
     sparsity = 0.0 if args.sparsity == DEFAULT_SPARSITY else args.sparsity  # the default's runs keep its key
+    lr_scale = 0.0 if args.lr_scale == 1 else args.lr_scale  # likewise
     jobs = []
     for name in args.tasks.split(","):
         for optimizer in args.optimizers.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "one" in methods:
                     jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs, sparsity,
-                                 args.interleave))
+                                 args.interleave, lr_scale))
                 for workers in (int(w) for w in args.workers.split(",")):
                     jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs,
-                              sparsity, args.interleave) for m in methods if m != "one"]
+                              sparsity, args.interleave, lr_scale) for m in methods if m != "one"]
     started = time.perf_counter()
     results = []
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

@@ -372,3 +372,38 @@ def test_the_sparsity_and_interleaving_of_a_run_reach_it_and_name_its_rows(monke
     refused = subprocess.run([sys.executable, script, "--sparsity", "1.5"], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2 and "--sparsity: sparsity must be in (0, 1), got 1.5" in refused.stderr
+
+
+def test_sync_at_a_learning_rate_factor_is_synchronous_averaging_at_that_rate_beside_one_process() -> None:
+    """``sync@K`` is synchronous averaging at K x the optimizer's learning rate, in the same group as
+    one process at its own rate, so the table compares the two."""
+    one = bench_quality._run(("tiny", "adam", 1, 0, "one", 0, 0, 0))
+    plain = bench_quality._run(("tiny", "adam", 2, 0, "sync", 0, 0, 0))
+    faster = bench_quality._run(("tiny", "adam", 2, 0, "sync@4", 0, 0, 0))
+    direct = harness.synchronous(tasks.make("tiny", 0), harness.Setting(workers=2, seed=0, lr=4e-3))
+    assert faster["curve"] == direct.curve and faster["accuracy"] == direct.accuracy
+    assert faster["curve"] != plain["curve"]
+    rows = [row.split(" | ") for row in bench_quality.table([one, plain, faster], 0.5)[2:]]
+    assert [row[3] for row in rows] == ["one process", "sync averaging (DDP)", "sync averaging, lr x 4"]
+    assert {row[0] for row in rows} == {"| tiny"}  # one group: "vs one process" is against one process
+    assert rows[2][5] == f"{100 * (faster['accuracy'] - one['accuracy']):+.1f}"
+    with pytest.raises(ValueError, match="positive number"):
+        bench_quality.sync_factor("sync@-2")
+
+
+def test_a_learning_rate_scale_reaches_every_method_and_names_its_rows() -> None:
+    """``--lr-scale`` runs one process and the others at F x the optimizer's rate; its rows are named
+    apart, so they are compared only with runs at the same rate."""
+    one = bench_quality._run(("tiny", "sgd", 1, 0, "one", 0, 0, 0, 0.0, False, 2.0))
+    direct = harness.one_process(tasks.make("tiny", 0), harness.Setting(optimizer="sgd", workers=1, seed=0,
+                                                                           lr=0.02))
+    assert one["curve"] == direct.curve
+    assert one["curve"] != bench_quality._run(("tiny", "sgd", 1, 0, "one", 0, 0, 0))["curve"]
+    sharing = bench_quality._run(("tiny", "sgd", 2, 0, "default", 0, 0, 0, 0.0, False, 2.0))
+    rows = [row.split(" | ")[:4] for row in bench_quality.table([one, sharing], 0.5)[2:]]
+    assert rows == [["| tiny, lr x 2", "sgd", "1", "one process"],
+                    ["| tiny, lr x 2", "sgd", "2", bench_quality.label("default")]]
+    script = str(ROOT / "scripts" / "bench_quality.py")
+    refused = subprocess.run([sys.executable, script, "--lr-scale", "0"], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and "--lr-scale: expected a positive number, got 0.0" in refused.stderr
