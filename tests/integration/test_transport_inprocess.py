@@ -166,21 +166,37 @@ def test_the_task_lock_and_the_status_view(roles) -> None:
     b = Node(fast(node_name="part-1"), np.zeros(N, np.float32), ctrl.address).start()
     roles.extend([a, b])
     assert a.lock is lock
+
+    def placed() -> bool:  # b under a, and both nodes hold the mesh that says so
+        status = ctrl.status()
+        places = {n["id"]: n for n in status["nodes"]}
+        return (len(places) == 2 and places[b.node_id]["parent"] == a.node_id
+                and a.counters()["mesh_version"] == b.counters()["mesh_version"] == status["mesh_version"])
+
+    wait_until(placed, 10, "b placed under a")
     for m in messages(20, seed=5):  # the task applies and submits under the node's lock
         with a.lock:
             decode(m, a.params)
             a.submit(m)
-    wait_until(lambda: b.counters()["updates_applied"] == 20, 10, "b applying a's updates")
-    assert np.max(np.abs(a.params - b.params)) <= 1e-6
+
+    def caught_up() -> bool:
+        counters = b.counters()
+        # each update applied once through a's relay, or (on a starved host, where a's relay came later
+        # than the controller's watermark) a re-sync that downloaded them within the master copy
+        done = counters["updates_applied"] == 20 or counters["resyncs"] > 1
+        with b.lock:
+            return done and np.max(np.abs(a.params - b.params)) <= 1e-6
+
+    wait_until(caught_up, 10, "b holding a's updates")
     status = ctrl.status()
     places = {n["id"]: n for n in status["nodes"]}
     assert places[a.node_id]["parent"] == 0 and places[b.node_id]["parent"] == a.node_id
     assert places[a.node_id]["name"] == "part-0" and status["depth"] == 2
     counters = b.counters()
-    assert (
-        counters["applied_by_origin"] == {a.node_id: 20}
-        and counters["mesh_version"] == status["mesh_version"]
-    )
+    applied = counters["applied_by_origin"].get(a.node_id, 0)
+    assert counters["resyncs"] >= 1  # the download at the join
+    assert applied == 20 if counters["resyncs"] == 1 else applied <= 20
+    assert counters["mesh_version"] == status["mesh_version"]
     with pytest.raises(InvalidUpdateError):
         a.submit(np.zeros(3, dtype=np.float32))
     with pytest.raises(InvalidUpdateError):
