@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gap-ms", type=float, default=10.0, help="pause between two updates (a step)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per size (the table shows medians)")
     args = parser.parse_args(argv)
-    sizes = [int(p) for p in args.params.split(",") if p]
+    try:
+        sizes = [int(p) for p in args.params.split(",") if p]
+    except ValueError:
+        sizes = []
     if not sizes or min(sizes) < 16:
         parser.error(f"--params: expected model sizes of at least 16 parameters, got {args.params!r}")
     if not 0.0 < args.sparsity < 0.25:

@@ -42,6 +42,7 @@ def test_the_benchmark_prints_one_row_per_model_size(capsys) -> None:
 
 @pytest.mark.parametrize("args, says", [
     (["--params", "8"], "--params: expected model sizes of at least 16"),
+    (["--params", "1e4"], "--params: expected model sizes of at least 16"),
     (["--sparsity", "0.5"], "--sparsity: expected a fraction in (0, 0.25)"),
     (["--updates", "0"], "--updates and --repeats must be >= 1"),
 ])
