@@ -1,16 +1,17 @@
 """The controller's protocol as a state machine: ``ControllerMachine.handle(event, now) -> actions``.
 
-Root of the mesh, holder of the master copy, keeper of membership. It admits joining nodes
-(bounded: members, joins not heard from yet, joins per second), places them (mesh.py), binds each
-member id to the routing id it joined from, sends every member each new mesh version with the
-routing ids it may accept (server/identity.py; coalesced: at most one broadcast per 0.1 s, and a
-new member's catch-up starts once the others were sent a mesh that holds it: announce.py), relays
-updates to its children, applies every update once to the master copy, serves parameter downloads
+Root of the mesh, holder of the master copy, keeper of membership. It admits joining nodes (bounded:
+members, joins not heard from yet, joins per second), places them (mesh.py), binds each member id to
+the routing id it joined from, sends every member each new mesh version with the routing ids it may
+accept (server/identity.py; coalesced: at most one broadcast per 0.1 s, and a new member's catch-up
+starts once the others were sent a mesh that holds it: announce.py), relays updates to its children
+(and for a beat straight to a member placed under a new parent, whose parent may not know it
+yet: new_branches.py), applies every update once to the master copy, serves parameter downloads
 (params + optional updater state + the exact set of sequences they include, one shared snapshot
 where it may serve several members), beats to every member (the liveness beat back on the member's
-own connection, the watermark beat on the data path, in order with the relayed updates) and marks
-a silent member offline after ``missed_beats`` beats. A departed member's gaps are given up after
-a few beats (held while its process, back under a new id, catches up: departed_gaps.py) and its
+own connection, the watermark beat on the data path, in order with the relayed updates) and marks a
+silent member offline after ``missed_beats`` beats. A departed member's gaps are given up after a
+few beats (held while its process, back under a new id, catches up: departed_gaps.py) and its
 per-origin state pruned once its late updates had ``departed_kept_s`` to arrive. No socket, thread
 or clock: ``now`` is given with every event.
 
@@ -48,6 +49,7 @@ from psrv.server.identity import MemberIdentities, link_id, parse_session
 from psrv.server.liveness import BeatTimer, FreezeGuard, Members, controller_beats
 from psrv.server.master_copy import MasterCopy
 from psrv.server.mesh import CONTROLLER_ID, MeshOrganizer
+from psrv.server.new_branches import NewBranches
 from psrv.server.params_server import ParamsServer
 from psrv.server.updates import batch_message, groups
 from psrv.transport.codec import PackedDict
@@ -124,6 +126,9 @@ class ControllerMachine:
         self._announcer = MeshAnnouncer(config.heartbeat_s)  # MESH broadcasts, coalesced
         self._deferred: dict[int, Message] = {}  # catch-ups that wait until the others know the member
         self._gate = JoinGate(config)
+        # members under a new parent get what the master applies straight from here for a beat (the
+        # parent's MESH takes a network latency to arrive; the simulation needed no more)
+        self._new_branches = NewBranches(config.heartbeat_s)
         self._params_server = ParamsServer(self.master, config, self.log)
         self._downloads = self._params_server.downloads
         self._gaps = DepartedGaps(self.master, self._downloads, config.departed_kept_s)  # departed members
@@ -279,6 +284,7 @@ class ControllerMachine:
         self._out.append(Connect(node_id, address, routing_id=self.routing_id_to(node_id)))
         place = self.mesh.add_node(node_id, address)
         self._announcer.joined(node_id, self.mesh.version)
+        self._new_branches.placed([node_id], self.mesh, now)
         self.members.joined(node_id, now)
         self._ids.bind(node_id, rid, session, msg["token"], name)
         self._pending[node_id] = now
@@ -301,6 +307,7 @@ class ControllerMachine:
         fresh = self.master.fresh_updates(msg, self._origin_allowed, self._reject)
         if fresh:
             self._relay([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
+            self._send_new_branches([(fields, buffer) for fields, buffer, _ in fresh], msg.src, now)
         applied = self.master.apply(fresh)
         if applied is not None:
             self._out.append(applied)
@@ -325,6 +332,20 @@ class ControllerMachine:
             for target in targets:
                 self._out.append(Send(target, message, droppable=True, count=len(group)))
             self.counters.add("updates_relayed", len(group) * len(targets))
+
+    def _send_new_branches(self, items: list[tuple[dict, Any]], came_from: int, now: float) -> None:
+        """Each member placed under a new parent a moment ago also gets these straight from here: its
+        parent may have handled them before it knew the member (see new_branches.py)."""
+        origins = [f["origin"] for f, _ in items]
+        for target, rows in self._new_branches.targets(origins, came_from, self.mesh, now):
+            announcer = self._announcer
+            if announcer.changed and not announcer.known_to([origins[i] for i in rows], (target,)):
+                self._send_mesh(now)
+            for group in groups([items[i] for i in rows]):
+                message = batch_message(group, CONTROLLER_ID)
+                self._out.append(Send(target, message, droppable=True, count=len(group)))
+                self.counters.add("updates_relayed", len(group))  # (a drop is taken off it: _on_dropped)
+                self.counters.add("updates_to_new_branches", len(group))
 
     def _on_dropped(self, event: Dropped) -> None:
         """A relayed message found a member's queue full: counted, and remembered (a snapshot taken
@@ -372,6 +393,8 @@ class ControllerMachine:
     # ------------------------------------------------------------------ membership
     def _remove(self, node_id: int, state: str, reason: str, now: float) -> None:
         moved = self.mesh.remove_node(node_id)
+        self._new_branches.forget(node_id)
+        self._new_branches.placed(moved, self.mesh, now)
         self.members.forget(node_id)
         self._downloads.cancel(node_id)
         self._out.append(Disconnect(node_id, 0.0))  # whatever was queued for it is freed now

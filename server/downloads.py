@@ -10,9 +10,11 @@ A snapshot taken at T0 is valid for a node that asked at T1 >= T0 when no update
 copy since T0, or when the node was already a member at T0: every update applied after T0 was then
 also relayed to it, arrives while it is syncing, and is applied on top (what the snapshot's
 watermark does not cover) — provided none of the node's OWN updates reached the master since T0
-(those are never relayed back to it). A running node's replica check asks after its own updates, so
-it always gets a snapshot whose watermark covers them (and acknowledges them). A snapshot is not
-shared any more once the master's watermark moved without an update (``stop_sharing``).
+(those are never relayed back to it). (In MESH a new member's parent may not have known it yet: the
+controller's copies for new branches, new_branches.py, cover that.) A running node's replica check
+asks after its own updates, so it always gets a snapshot whose watermark covers them (and
+acknowledges them). A snapshot is not shared any more once the master's watermark moved without an
+update (``stop_sharing``).
 """
 
 from __future__ import annotations

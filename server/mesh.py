@@ -138,8 +138,12 @@ class MeshOrganizer:
     def relay_targets(self, node_id: int, came_from: int | None = None) -> tuple[int, ...]:
         """Where ``node_id`` forwards an update that reached it from ``came_from`` (never back there).
 
-        ``came_from=None`` means the update originated at ``node_id`` itself.
+        ``came_from=None`` means the update originated at ``node_id`` itself. An update the controller
+        sent straight to a node it is not the parent of (a copy for a member under a new parent, see
+        new_branches.py) goes only down: the controller holds it, and so does everything above.
         """
+        if came_from == CONTROLLER_ID and node_id != CONTROLLER_ID and self.parent(node_id) != CONTROLLER_ID:
+            return tuple(self._entry(node_id).children)
         return tuple(n for n in self.neighbours(node_id) if n != came_from)
 
     def address(self, node_id: int) -> str:

@@ -133,6 +133,9 @@ class NodeMachine:
         self.restart = False  # the controller knew this node's name from an earlier join
         self.stopped: BaseException | None | bool = False  # False while running; then the error or None
         self._unknown: HeldQueue[Received] = HeldQueue()  # from routing ids not announced yet
+        # updates that raced our join reply (the controller's copies for a new member, a parent that knew
+        # of us first): handled once the reply announced their senders, else quietly dropped
+        self._joining: HeldQueue[Received] = HeldQueue()
 
     # ------------------------------------------------------------------ what the facade reads
     config = property(lambda self: self.view.config)
@@ -277,6 +280,14 @@ class NodeMachine:
     def _release_held(self) -> None:
         """A newer view arrived (or time passed): handle what it explains, refuse what waited too long."""
         view = self.view
+        if len(self._joining):
+            joined = view.state is not NodeState.JOINING
+            ready, expired = self._joining.release(
+                view.now, patience_s(view.config.heartbeat_s),
+                lambda e: joined and view.routes.sender(e.routing_id) is not None)
+            self.counters_.add("ignored_while_joining", len(expired))  # not ours to judge: quietly
+            for event in ready:
+                self._on_received(event, held=True)
         if len(self._unknown):
             wait = patience_s(view.config.heartbeat_s)
             ready, expired = self._unknown.release(
@@ -318,7 +329,10 @@ class NodeMachine:
         else:
             sender = view.routes.sender(event.routing_id)
             if sender is None and view.state is NodeState.JOINING:
-                self.counters_.add("ignored_while_joining")  # e.g. the controller's beat racing our reply
+                if not held and msg.op in (Op.UPDATE, Op.UPDATES) and self._joining.hold(view.now, event):
+                    self.counters_.add("held_while_joining")
+                else:
+                    self.counters_.add("ignored_while_joining")  # e.g. the controller's beat racing our reply
                 return False
             # a new neighbour may send before the controller's MESH naming it reaches us
             if (sender is None and not held and msg.op in (Op.UPDATE, Op.UPDATES)
@@ -360,6 +374,7 @@ class NodeMachine:
                       self.timers.join_attempts, mesh.parent(view.node_id), mesh.version,
                       " (restart)" if self.restart else "")
         self.sync.begin("catch-up after joining")
+        self._release_held()  # what raced this reply: held by the download like any update now
 
     def on_mesh(self, msg: Message, routing_id: bytes | None) -> None:
         view = self.view
@@ -426,6 +441,7 @@ class NodeMachine:
         view = self.view
         view.log.warning("node %d must rejoin: %s", view.node_id, reason)
         self._unknown.clear()
+        self._joining.clear()
         self.updates.rejoining()
         view.node_id = UNJOINED
         view.state = NodeState.JOINING

@@ -246,9 +246,17 @@ class LinearNet(nn.Module):
         return self.layer(x)
 
 
-class RaisingNet(LinearNet):
-    """Runs on the driver's sample check (evaluation mode), raises as soon as it trains, and notes each
-    task attempt that reached it in a file beside the script."""
+def note_attempt(path: str) -> None:
+    """Append this task attempt (partition, attempt, wall-clock time) to a file beside the script."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    with open(path, "a") as out:
+        out.write(f"{context.partitionId()} {context.attemptNumber()} {time.time():.3f}\n")
+
+
+class NotingNet(LinearNet):
+    """A LinearNet that notes each training forward's task attempt (see note_attempt)."""
 
     def __init__(self, attempts: str) -> None:
         super().__init__()
@@ -256,13 +264,20 @@ class RaisingNet(LinearNet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
-            from pyspark import TaskContext
-
-            context = TaskContext.get()
-            with open(self.attempts, "a") as out:
-                out.write(f"{context.partitionId()} {context.attemptNumber()}\n")
-            raise ValueError("boom from the user's forward")
+            note_attempt(self.attempts)
         return super().forward(x)
+
+
+class RaisingNet(NotingNet):
+    """Runs on the driver's sample check (evaluation mode), raises as soon as it trains, and notes each
+    task attempt that reached it (partition, attempt, wall-clock time of the raise) in a file beside the
+    script."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)  # (noted when training)
+        if self.training:
+            raise ValueError("boom from the user's forward")
+        return out
 
 
 def linear_network(module: nn.Module, input_shape: tuple[int, ...] = (8,)) -> TorchNetwork:
@@ -294,6 +309,7 @@ def timed_attempt(results: dict, name: str, action) -> None:
     except Exception as exc:  # noqa: BLE001 - the test reads what the user would have seen
         results[name] = {"ok": False, "type": type(exc).__name__, "error": str(exc)[:4000]}
     results[name]["seconds"] = time.monotonic() - started
+    results[name]["ended_at"] = time.time()  # the wall clock the executors' notes use (one host)
     print(f"--- {name} finished ---", file=sys.stderr, flush=True)
 
 
@@ -328,8 +344,10 @@ def failing_fits(spark: SparkSession, out: str) -> dict:
     with_nan = sc.parallelize(element_datasets(nan_at=(7, 4)), 2)
     timed_attempt(results, "nan_before",
                   lambda: SparkNetwork(sc, linear_network(LinearNet()), failing_master()).fit(with_nan))
+    noted = Path(out).with_name("attempts-nan.txt")  # each training forward before the NaN's batch
     timed_attempt(results, "nan_during", lambda: SparkNetwork(
-        sc, linear_network(LinearNet()), failing_master(), check_data=False).fit(with_nan))
+        sc, linear_network(NotingNet(str(noted))), failing_master(), check_data=False).fit(with_nan))
+    results["nan_during"]["attempts"] = noted.read_text().split("\n")[:-1] if noted.exists() else []
     timed_attempt(results, "shape",
                   lambda: SparkNetwork(sc, linear_network(LinearNet(4), (4,)), failing_master()).fit(rdd))
     return results
