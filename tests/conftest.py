@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
+import sys
 import tempfile
 
 import pytest
@@ -41,6 +44,23 @@ def work_unit(nodeid: str) -> str:
     if path.startswith("tests/spark/") and path not in OWN_SPARK_FILES:
         return SPARK_SESSION_UNIT
     return path
+
+
+# A worker ended by a signal dies without a Python traceback, and xdist only says "node down: Not
+# properly terminated". Each worker prints every thread's stack on the real stderr when SIGTERM or
+# SIGHUP arrives (then dies as before), so the run's log names the test and the line it was at; a
+# segfault or abort already prints one (pytest's faulthandler), and only SIGKILL stays silent.
+WORKER_STACK_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_worker_stderr: list = []  # kept open for the run: faulthandler writes to its file descriptor
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and not _worker_stderr:
+        # capturing is suspended here, so this is the worker's real stderr, not a test's capture
+        stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+        _worker_stderr.append(stderr)
+        for signum in WORKER_STACK_SIGNALS:
+            faulthandler.register(signum, file=stderr, all_threads=True, chain=True)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
