@@ -3,8 +3,8 @@
 A non-finite value in a minibatch, a loss that became NaN, or an exception from the user's own module
 cannot be cured by Spark running the task again. The task names the row (its position among the rows
 this task trains, and the partition), puts the error in its node's heartbeat (``train_fatal``) so the
-driver learns of it within one beat and cancels the job instead of letting Spark retry every task, and
-then fails.
+driver learns of it within a beat or two and cancels the job instead of letting Spark retry every task,
+and only then fails: while it waits it still runs, so Spark starts no second attempt of it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import numpy as np
 from psrv.nn.errors import NNError, NonFiniteLossError
 from psrv.spark.errors import FatalSparkError, SparkError, SparkInputError, UserCodeError
 
-__all__ = ["FATAL_GAUGE", "JOB_GAUGE", "check_finite", "fatal_report", "first_non_finite", "report_fatal",
-           "step_error"]
+__all__ = ["FATAL_GAUGE", "JOB_GAUGE", "check_finite", "fatal_report", "fatal_wait_s", "first_non_finite",
+           "report_fatal", "step_error"]
 
 FATAL_GAUGE = "train_fatal"
 JOB_GAUGE = "train_job"
+#: how long a task with a fatal error waits for the driver's cancellation before it fails anyway: the
+#: next beat carries the error, the driver looks every half second and cancels, and a loaded host
+#: stretches each of these (a wait of 1.5 beats was seen to run out first, and Spark retried the task)
+FATAL_WAIT_BEATS = 6
+FATAL_WAIT_MIN_S = 3.0
 
 
 def first_non_finite(arrays: Any) -> tuple[int, tuple[int, ...], float] | None:
@@ -66,15 +71,22 @@ def step_error(exc: BaseException, partition: int, first_row: int, rows: int) ->
                          f"of {span})")
 
 
+def fatal_wait_s(heartbeat_s: float) -> float:
+    """How long ``report_fatal`` keeps a failing task running for the driver to cancel the job."""
+    return max(FATAL_WAIT_MIN_S, FATAL_WAIT_BEATS * heartbeat_s)
+
+
 def report_fatal(node: Any, job_id: str, error: BaseException, heartbeat_s: float) -> None:
-    """Put a fatal error in the node's heartbeat and give the next beat time to carry it (at most
-    1.5 beats) before the task fails and its node leaves."""
+    """Put a fatal error in the node's heartbeat, then keep the task running (its node beating) until
+    the driver's cancellation ends it, or at most ``fatal_wait_s``: a task that failed before the driver
+    cancelled would be started again by Spark, only to raise the same error. Without a cancellation
+    (the driver never heard) the task fails after the wait and Spark's retries go on as before."""
     if not isinstance(error, FatalSparkError | NNError):
         return
     gauges = node.counters_.gauges
     gauges[JOB_GAUGE] = job_id
     gauges[FATAL_GAUGE] = f"{type(error).__name__}: {error}"[:2000]
-    time.sleep(1.5 * heartbeat_s)
+    time.sleep(fatal_wait_s(heartbeat_s))
 
 
 def fatal_report(nodes: Sequence[Mapping[str, Any]], job_id: str) -> str | None:

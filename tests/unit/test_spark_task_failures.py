@@ -38,7 +38,10 @@ def test_a_step_error_is_the_users_own_exception_first() -> None:
     assert failures.step_error(own, 0, 0, 1) is own
 
 
-def test_a_fatal_report_travels_in_the_heartbeat_gauges_and_comes_back_as_its_class() -> None:
+def test_a_fatal_report_travels_in_the_heartbeat_gauges_and_comes_back_as_its_class(monkeypatch) -> None:
+    # the task then waits for the driver's cancellation: several beats, never under 3 s (not here)
+    assert failures.fatal_wait_s(0.5) == 3.0 and failures.fatal_wait_s(1.0) == 6.0
+    monkeypatch.setattr(failures, "FATAL_WAIT_MIN_S", 0.0)
     node = SimpleNamespace(counters_=Counters())
     failures.report_fatal(node, "job1", UserCodeError("ValueError: boom"), heartbeat_s=0.0)
     transient = SimpleNamespace(counters_=Counters())
