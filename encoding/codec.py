@@ -8,12 +8,15 @@ smaller still:
   order: ``i + 1`` for +tau, ``-(i + 1)`` for -tau;
 * bitmap: ``[N, N, float32-bits(tau), 1]`` then ceil(N/16) words; word k covers elements 16k..16k+15:
   bit b means "has a value", bit b + 16 means "negative";
-* packed: ``[count, N, float32-bits(tau), 2]`` then, per element in ascending order, one LEB128
-  varint (7 bits per byte, low bits first, the high bit set on every byte but the last) of
-  ``(gap << 1) | negative``, where gap is the element's 1-based index minus the previous element's
-  (the first element's: minus 0); the bytes are zero-padded to a whole int32 word. An element takes
-  1 byte while the gap is below 64 and 2 below 8,192: about 1.5 bytes at 1 % of the elements, where
-  the sparse form takes 4 and the bitmap N/4 bytes in all. This is the form updates travel in.
+* packed: ``[count, N, float32-bits(tau), 2]`` then a Golomb-Rice code of the elements, a stream of
+  bits read from the body's int32 words, low bit first: the parameter k in 5 bits (0..31), then per
+  element in ascending order ``(gap - 1) >> k`` one bits and a zero bit, the low k bits of
+  ``gap - 1``, and the sign bit (1 for -tau), where gap is the element's 1-based index minus the
+  previous element's (the first element's: minus 0); zero bits up to the end of the last word. The
+  writer takes the k that gives the fewest bits (near log2 of the mean gap): an element takes about
+  k + 2.6 bits, 7.6 at 3 % of the elements and 12.5 at 0.1 %, where the sparse form takes 32 and the
+  bitmap 2N bits in all (a packed message is smaller than the bitmap up to about half the elements).
+  This is the form updates travel in.
 
 tau is rounded to float32 before it is used, so the sender and every receiver apply the same value.
 Reading a message (validating, describing, compacting to the packed form, decoding) is

@@ -9,11 +9,12 @@ An update travels as six header fields plus one payload (an int32 message of ``p
 * ``tau`` (int or float, positive and finite): the payload's threshold, as a Python number;
 * ``encoding`` (str): the payload's form, ``"sparse"``, ``"bitmap"`` or ``"packed"``.
 
-UPDATE carries them as header fields by name, each row of UPDATES as a list in ``FIELD_NAMES``
-order. The payload's own 4-word header (count or N, N, float32 bits of tau, form) is checked in O(1)
-against the model (its size, ``max_tau``) by ``payload_header``; the body is validated in full where
-it is used, by ``decode``. The transport asks this module (``psrv.transport.messages`` for the
-catalogue, ``psrv.server.updates`` for batching and payloads); it never parses either header itself.
+Each row of UPDATES carries them as a list in ``FIELD_NAMES`` order (a lone update too: an UPDATES of
+one row); UPDATE, still accepted, carries them as header fields by name. The payload's own 4-word
+header (count or N, N, float32 bits of tau, form) is checked in O(1) against the model (its size,
+``max_tau``) by ``payload_header``; the body is validated in full where it is used, by ``decode``.
+The transport asks this module (``psrv.transport.messages`` for the catalogue, ``psrv.server.updates``
+for batching and payloads); it never parses either header itself.
 """
 
 from __future__ import annotations
@@ -28,16 +29,21 @@ from psrv.encoding.errors import MalformedMessageError
 
 #: the payload: ``[count, N, float32-bits(tau), SPARSE]`` + count indices, or
 #: ``[N, N, float32-bits(tau), BITMAP]`` + ``bitmap_words(N)`` words of WORD_ELEMENTS elements each, or
-#: ``[count, N, float32-bits(tau), PACKED]`` + the count elements as varints of their index gaps and signs
-#: (1 to 5 bytes each, zero-padded to a whole word: see ``psrv.encoding.codec``)
+#: ``[count, N, float32-bits(tau), PACKED]`` + the count elements' index gaps and signs in a Golomb-Rice
+#: bit stream after its 5-bit parameter (zero-padded to a whole word: see ``psrv.encoding.codec``)
 HEADER_WORDS = 4
 WORD_ELEMENTS = 16
 SPARSE = 0
 BITMAP = 1
 PACKED = 2
 FORM_NAMES = {SPARSE: "sparse", BITMAP: "bitmap", PACKED: "packed"}
-#: most bytes one packed element takes (a varint of up to 32 bits)
-PACKED_MAX_ELEMENT_BYTES = 5
+#: the largest Rice parameter of a packed body (5 bits; every gap is below 2**31)
+MAX_RICE_K = 31
+#: bits of a packed body's first field, its Rice parameter
+RICE_K_BITS = 5
+#: most bits one packed element takes besides its unary quotient: the zero ending it, a remainder of
+#: up to MAX_RICE_K bits and the sign
+PACKED_MAX_ELEMENT_BITS = MAX_RICE_K + 2
 INT64_MAX = 2**63 - 1
 _NEG64 = -INT64_MAX
 _INF = math.inf
@@ -163,6 +169,14 @@ _I32 = struct.Struct("<i")
 _F32_FROM_BITS = struct.Struct("<f")
 
 
+def packed_body_bytes(count: int, n: int) -> tuple[int, int]:
+    """The fewest and most bytes a packed body of ``count`` elements of N = ``n`` takes before its zero
+    padding: the parameter's 5 bits, then at least 2 bits an element (k = 0, consecutive indices), at
+    most 33 bits an element plus the unary quotients, which together count at most n ones."""
+    return ((RICE_K_BITS + 2 * count + 7) // 8,
+            (RICE_K_BITS + PACKED_MAX_ELEMENT_BITS * count + n + 7) // 8)
+
+
 def bitmap_words(n: int) -> int:
     """Number of bitmap words for a vector of n elements."""
     return (n + WORD_ELEMENTS - 1) // WORD_ELEMENTS
@@ -203,10 +217,11 @@ def check_header(header: list[int], length: int) -> float:
         body = 4 * (length - HEADER_WORDS)
         if not 0 <= first <= n:
             raise MalformedMessageError(f"packed header count must be in [0, N={n}], got {first}")
-        if not first <= body <= PACKED_MAX_ELEMENT_BYTES * first + 3:
+        least, most = packed_body_bytes(first, n)
+        if not least <= body <= most + 3:
             raise MalformedMessageError(
-                f"packed message has {body} body bytes; {first} elements take {first} to "
-                f"{PACKED_MAX_ELEMENT_BYTES * first} (plus < 4 of padding)")
+                f"packed message has {body} body bytes; {first} elements of N={n} take {least} to "
+                f"{most} (plus < 4 of padding)")
     else:
         raise MalformedMessageError(
             f"unknown message form {form} (expected 0 = sparse, 1 = bitmap or 2 = packed)")
@@ -267,8 +282,10 @@ __all__ = [
     "FORM_NAMES",
     "HEADER_WORDS",
     "INT64_MAX",
+    "MAX_RICE_K",
     "PACKED",
-    "PACKED_MAX_ELEMENT_BYTES",
+    "PACKED_MAX_ELEMENT_BITS",
+    "RICE_K_BITS",
     "SPARSE",
     "WORD_ELEMENTS",
     "MalformedHeaderError",
@@ -282,6 +299,7 @@ __all__ = [
     "check_row",
     "check_too_short",
     "fields_row",
+    "packed_body_bytes",
     "parse_fields",
     "parse_row",
     "payload_header",

@@ -34,7 +34,7 @@ def check_row(fields: dict, buffer: Any, seen: SeenUpdates, params_size: int, ma
     ``params_size`` values; raises FrameRejectedError for a sequence too far ahead of what arrived or
     a payload that does not fit.
 
-    A packed payload comes back unpacked (the sparse message of the same elements): its varints are
+    A packed payload comes back unpacked (the sparse message of the same elements): its bit stream is
     walked once, here, and what is applied, held or replayed later is the sparse form. Relays forward
     the received buffer, still packed."""
     origin, seq = fields["origin"], fields["seq"]

@@ -5,11 +5,13 @@ The header of an update (its fields, their bounds, the payload's own header) is 
 ``psrv.encoding.update_header``; this module only turns its MalformedMessageError into the counted
 rejection (``bad_payload``) and packs items into messages.
 
-Several updates in one message: UPDATES carries a row per update and one raw buffer per row. When
-updates queue up (a fast producer, a busy relay), sending them together saves the per-message cost
-of Python and zmq, which dominates below ~100 KB. A lone update still travels as a plain UPDATE.
-Receivers handle each row exactly like an UPDATE (validated, deduplicated, relayed, applied once),
-so batching never changes what is applied.
+Updates travel in UPDATES: a row per update (its six fields as a list) and one raw buffer per row.
+When updates queue up (a fast producer, a busy relay), sending them together saves the per-message
+cost of Python and zmq, which dominates below ~100 KB. A lone update travels as an UPDATES of one
+row too: its header is 29 bytes smaller than UPDATE's, which names each field (70 bytes against 99
+with large ids), and on a small model that is a tenth of what an update costs on the wire. UPDATE is
+still accepted. Receivers handle each row exactly like an UPDATE (validated, deduplicated, relayed,
+applied once), so batching never changes what is applied.
 """
 
 from __future__ import annotations
@@ -50,10 +52,7 @@ def check_payload(
 
 
 def batch_message(items: list[tuple[dict, Any]], src: int) -> Message:
-    """One UPDATE (a single item) or one UPDATES message carrying ``(fields, buffer)`` items."""
-    if len(items) == 1:
-        fields, buffer = items[0]
-        return Message(Op.UPDATE, fields, [buffer], src)
+    """One UPDATES message carrying ``(fields, buffer)`` items (one or more)."""
     rows = [fields_row(fields) for fields, _ in items]
     return Message(Op.UPDATES, {"updates": rows}, [buffer for _, buffer in items], src)
 

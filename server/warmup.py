@@ -53,7 +53,9 @@ def warm_up_decode(dtype: np.dtype) -> None:
     dense = np.ones(32, dtype=dtype)  # every element at the threshold: the bitmap form
     sparse = np.zeros(4096, dtype=dtype)  # one element: the sparse form
     sparse[7] = 1.0
-    for vector in (dense, sparse):
+    spread = np.zeros(4096, dtype=dtype)  # 41 elements: compact packs them (the form updates travel in)
+    spread[::100] = 1.0
+    for vector in (dense, sparse, spread):
         message = encode(vector.copy(), 0.5)
         decode(message, np.zeros(vector.size, dtype=dtype))
         decode(compact(message), np.zeros(vector.size, dtype=dtype))

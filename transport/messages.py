@@ -26,7 +26,9 @@ __all__ = [
     "Schema",
 ]
 
-PROTOCOL_VERSION = 1
+#: 2: packed update bodies are a Golomb-Rice bit stream (1: LEB128 varints), and a lone update
+#: travels as an UPDATES of one row
+PROTOCOL_VERSION = 2
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
 
@@ -34,8 +36,8 @@ class Op(StrEnum):
     JOIN = "join"  # node -> controller: please place me (address, name, token)
     JOIN_REPLY = "join_reply"  # controller -> node: id, mesh, restart flag, heartbeat
     MESH = "mesh"  # controller -> every live node: the new mesh version
-    UPDATE = "update"  # any -> neighbours: one encoded update (payload: int32 message)
-    UPDATES = "updates"  # any -> neighbours: several updates, a header row and a payload each
+    UPDATE = "update"  # any -> neighbours: one encoded update, its fields by name (accepted; not sent)
+    UPDATES = "updates"  # any -> neighbours: 1-256 updates, a header row and a payload each
     PARAMS_REQUEST = "params_request"  # node -> controller: send me the master copy
     PARAMS_REPLY = "params_reply"  # controller -> node: params (+ updater state) + seen sequences
     CHUNK = "chunk"  # one piece of a large message (its inner header rides along)
@@ -229,7 +231,7 @@ CATALOGUE: dict[Op, Schema] = {
     ),
     Op.MESH: Schema({"mesh": DICT, "version": INT, "routes": DICT}, check=_mesh),
     Op.UPDATE: Schema(dict(update_header.FIELD_TYPES), 1, 1, check=_update),
-    Op.UPDATES: Schema({"updates": LIST}, 2, MAX_BATCH, check=_updates),
+    Op.UPDATES: Schema({"updates": LIST}, 1, MAX_BATCH, check=_updates),
     Op.PARAMS_REQUEST: Schema({"request_id": INT, "want_updater": BOOL}, check=_params_request),
     Op.PARAMS_REPLY: Schema(
         {

@@ -77,7 +77,7 @@ class SharedTrainingMaster:
 
     The default threshold, ``SampledQuantileThreshold(sparsity=0.03)``, takes tau from each worker's
     residual every step: about 3 % of the elements per message, which the packed wire form carries in
-    about 1 byte each (under 1/100 of a dense exchange's bytes), and no dense first messages. DL4J's,
+    about 7.6 bits each (under 1/100 of a dense exchange's bytes), and no dense first messages. DL4J's,
     ``threshold_algorithm=psrv.encoding.dl4j_threshold()`` (``AdaptiveThreshold(1e-3)``), starts at tau =
     1e-3 and sends bitmaps while Adam's first steps are larger than that. The residual post-processor is
     DL4J's ``ResidualClipping(5, 5)``. README's "How much a step learns" measures both.

@@ -12,6 +12,7 @@ from psrv.encoding import AdaptiveThreshold, ResidualEncoder, decode
 from psrv.server import Controller, Node
 from psrv.transport import ControllerLostError, TransportConfig
 from psrv.transport.errors import InvalidUpdateError, JoinError, NoMatchingInterfaceError
+from psrv.transport.messages import PROTOCOL_VERSION
 
 N = 3000
 
@@ -282,7 +283,8 @@ def test_oversized_frames_never_arrive(roles) -> None:
             sock.linger = 0
             sock.connect(tcp(ctrl.address))
         big.send_multipart(
-            [msgpack.packb({"v": 1, "op": "leave", "src": 1, "reason": "x"}), b"\0" * (1 << 20)]
+            [msgpack.packb({"v": PROTOCOL_VERSION, "op": "leave", "src": 1, "reason": "x"}),
+             b"\0" * (1 << 20)]
         )
         small.send_multipart([b"garbage"])
         wait_until(lambda: ctrl.counters()["rejected_total"] == 1, 5, "the small garbage frame counted")
@@ -313,7 +315,8 @@ def test_crafted_join_and_mesh_messages_are_rejected_not_fatal(roles) -> None:
         sock.send_multipart(
             [
                 msgpack.packb(
-                    {"v": 1, "op": "join", "src": -1, "address": "no port here", "name": None, "token": "t"}
+                    {"v": PROTOCOL_VERSION, "op": "join", "src": -1, "address": "no port here", "name": None,
+                     "token": "t"}
                 )
             ]
         )
@@ -328,7 +331,8 @@ def test_crafted_join_and_mesh_messages_are_rejected_not_fatal(roles) -> None:
         mesh["nodes"] = [*rows, [99, node.node_id, "bogus", []]]  # a child at an address that is none
         mesh["next_id"], mesh["mode"] = 100, "mesh"
         sock.send_multipart(
-            [msgpack.packb({"v": 1, "op": "mesh", "src": 0, "mesh": mesh, "version": mesh["version"]})]
+            [msgpack.packb({"v": PROTOCOL_VERSION, "op": "mesh", "src": 0, "mesh": mesh,
+                            "version": mesh["version"]})]
         )
         wait_until(lambda: node.counters()["rejected_total"] == 1, 5, "the bad mesh rejected")
     finally:

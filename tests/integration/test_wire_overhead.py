@@ -23,7 +23,7 @@ def test_an_update_costs_its_payload_plus_a_bounded_header_on_the_wire() -> None
     for run, params in ((small, 800), (large, 200_000)):
         assert run["params"] == params
         # the payload is the packed message: a 16-byte header and about a byte per element sent
-        assert 16 + 0.03 * params * 0.9 <= run["payload"] <= 16 + 0.03 * params * 2 + 8
+        assert 16 + 0.03 * params * 0.8 <= run["payload"] <= 16 + 0.03 * params * 2 + 8
         assert run["payload_ratio"] == pytest.approx(run["payload"] / (4 * params))
         assert run["wire_ratio"] == pytest.approx(run["wire"] / (4 * params))
         # every update's header fields and framing come on top, and no copy of the payload

@@ -17,7 +17,7 @@ import numpy as np
 from psrv.encoding import sparse_message
 from psrv.transport.codec import as_buffer, encode_frames, pack_header
 from psrv.transport.events import Connect, Received, Send, Started, Tick
-from psrv.transport.messages import CATALOGUE, INT64_MAX, Message, Op
+from psrv.transport.messages import CATALOGUE, INT64_MAX, PROTOCOL_VERSION, Message, Op
 
 from sim.network import Process
 
@@ -121,23 +121,24 @@ class HostileRole:
         header = rng.choice(
             (
                 {"v": 99, "op": "heartbeat", "src": 0},
-                {"v": 1, "op": "pwn", "src": 1},
-                {"v": 1, "op": "update", "src": "0"},
+                {"v": PROTOCOL_VERSION, "op": "pwn", "src": 1},
+                {"v": PROTOCOL_VERSION, "op": "update", "src": "0"},
                 [1, 2, 3],
-                {"v": 1, "op": "leave", "src": 1, "reason": "x", "extra": 1},
+                {"v": PROTOCOL_VERSION, "op": "leave", "src": 1, "reason": "x", "extra": 1},
             )
         )
         self._put_any(rng, [pack_header(header)] if rng.random() < 0.8 else [b"\xc1" + rng.randbytes(8)])
 
     def _attack_bad_watermark(self, rng: Any) -> None:
         mark = rng.choice(({"x": 1}, {1: None}, {1: "9" * 5000}, {1: 2**64 - 1}, {True: 1}, {1: -5}, [1]))
-        header = {"v": 1, "op": "heartbeat", "src": 0, "mesh_version": 1, "stats": {}, "watermark": mark}
+        header = {"v": PROTOCOL_VERSION, "op": "heartbeat", "src": 0, "mesh_version": 1, "stats": {},
+                  "watermark": mark}
         self._put_any(rng, _raw(header))
 
     def _attack_bad_dtype(self, rng: Any) -> None:
         dtype = rng.choice((",,", "(-1,)f4", "i4", "<f16", "O", ""))
         header = {
-            "v": 1,
+            "v": PROTOCOL_VERSION,
             "op": "params_reply",
             "src": 0,
             "request_id": 1,
@@ -172,7 +173,7 @@ class HostileRole:
             )
         )
         fields[name] = value
-        header = {"v": 1, "op": "update", "src": self.node_id or 1, **fields}
+        header = {"v": PROTOCOL_VERSION, "op": "update", "src": self.node_id or 1, **fields}
         self._put_any(rng, _raw(header, self._payload(rng)))
 
     def _attack_forged_update(self, rng: Any) -> None:
@@ -182,7 +183,8 @@ class HostileRole:
         src = rng.choice((victim, self.node_id or victim, 0))
         self._put_any(
             rng,
-            _raw({"v": 1, "op": "update", "src": src, **_complete(Op.UPDATE, fields)}, self._payload(rng)),
+            _raw({"v": PROTOCOL_VERSION, "op": "update", "src": src, **_complete(Op.UPDATE, fields)},
+                 self._payload(rng)),
         )
 
     def _attack_forged_leave(self, rng: Any) -> None:
@@ -253,10 +255,10 @@ class HostileRole:
             "count": 2,
             "offset": 0,
             "total": total,
-            "inner": {"v": 1, "op": "params_reply", "src": 0},
+            "inner": {"v": PROTOCOL_VERSION, "op": "params_reply", "src": 0},
             "lengths": [total],
         }
-        self._put_any(rng, _raw({"v": 1, "op": "chunk", "src": 0, **fields}, b"\0" * 16))
+        self._put_any(rng, _raw({"v": PROTOCOL_VERSION, "op": "chunk", "src": 0, **fields}, b"\0" * 16))
 
     def _attack_join_flood(self, rng: Any) -> list[Any]:
         if self.flooded >= 40:

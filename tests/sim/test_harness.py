@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from psrv.transport.codec import pack_header
 from psrv.transport.events import Dropped, Received, Tick
-from psrv.transport.messages import Message, Op
+from psrv.transport.messages import PROTOCOL_VERSION, Message, Op
 
 from sim.faults import FaultCounts, Faults
 from sim.network import Network, Process
@@ -123,7 +123,8 @@ def test_hostile_frames_meet_the_real_codec() -> None:
         b,
         [
             pack_header(
-                {"v": 1, "op": "heartbeat", "src": 0, "mesh_version": 1, "stats": {}, "watermark": {"x": 1}}
+                {"v": PROTOCOL_VERSION, "op": "heartbeat", "src": 0, "mesh_version": 1, "stats": {},
+                 "watermark": {"x": 1}}
             )
         ],
         "data",
@@ -135,7 +136,7 @@ def test_hostile_frames_meet_the_real_codec() -> None:
         [
             pack_header(
                 {
-                    "v": 1,
+                    "v": PROTOCOL_VERSION,
                     "op": "params_reply",
                     "src": 0,
                     "request_id": 1,

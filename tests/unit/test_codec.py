@@ -157,7 +157,13 @@ def test_a_batch_must_have_one_well_formed_row_per_buffer() -> None:
     message = sample(Op.UPDATES)
     items = unbatch(decode_frames(as_bytes(encode_frames(message))))
     assert [f["origin"] for f, _ in items] == [3, 4] and items[1][0]["encoding"] == "bitmap"
-    assert batch_message(items[:1], src=1).op is Op.UPDATE and batch_message(items, src=1).op is Op.UPDATES
+    assert batch_message(items, src=1).op is Op.UPDATES
+    lone = batch_message(items[:1], src=1)  # a lone update is an UPDATES of one row: 29 bytes smaller
+    assert lone.op is Op.UPDATES and unbatch(decode_frames(as_bytes(encode_frames(lone)))) == items[:1]
+    big = 2**62 + 12345  # ids are random 63-bit numbers
+    fields = {"origin": big, "seq": 1234, "iteration": 1234, "epoch": 3, "tau": 1.23e-3, "encoding": "packed"}
+    named = len(encode_frames(Message(Op.UPDATE, fields, [b"1234"], src=big))[0])
+    assert (named, len(encode_frames(batch_message([(fields, b"1234")], src=big))[0])) == (99, 70)
     assert [len(g) for g in groups([({}, b"1234")] * (MAX_BATCH + 3))] == [MAX_BATCH, 3]
     for rows, reason in [
         ([[3, 7, 11, 1, 1e-3, "sparse"]], "bad_buffers"),

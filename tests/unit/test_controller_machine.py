@@ -142,7 +142,7 @@ def test_a_new_member_is_announced_to_the_others_before_its_catch_up_and_its_upd
     actions = m.handle(Received(update(3, 3, 1), rid_of(3)), 0.13)
     ops = [(a.to, a.message.op) for a in actions if isinstance(a, Send)]
     for member in (1, 2):
-        assert ops.index((member, Op.MESH)) < ops.index((member, Op.UPDATE))
+        assert ops.index((member, Op.MESH)) < ops.index((member, Op.UPDATES))
 
 
 def test_a_member_is_accepted_only_on_the_connection_it_joined_from() -> None:

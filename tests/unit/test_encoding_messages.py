@@ -54,10 +54,19 @@ def _bitmap(n: int = 40) -> np.ndarray:
 
 
 def _packed(body: bytes, count: int = 3, n: int = 64) -> np.ndarray:
-    """A packed message of this raw body (zero-padded to whole words); _packed(bytes([6, 17, 60]))
-    is _sparse() packed: gaps 3, 8 and 30, the second negative."""
+    """A packed message of this raw body (zero-padded to whole words); _packed(SPARSE_PACKED) is
+    _sparse() packed: gaps 3, 8 and 30 (the second negative) with Rice parameter 3, bit by bit from
+    the lowest: k = 3 in 5 bits (11000), then per element the quotient of (gap - 1) >> 3 in ones and
+    a zero, 3 bits of remainder and the sign: 0 010 0, 0 111 1, 1110 101 0."""
     words = np.frombuffer(body + b"\0" * (-len(body) % 4), dtype="<i4").astype(np.int32)
     return np.concatenate([np.array([count, n, _tau_word(0.5), 2], dtype=np.int32), words])
+
+
+SPARSE_PACKED = bytes([0x83, 0xF8, 0x2B])
+#: k = 31 and one element (gap 1): 38 bits, so a second element runs past the body's 8 bytes
+ONE_WIDE_ELEMENT = bytes([0x1F, 0, 0, 0, 0])
+#: k = 0, gap 1, then 65 one bits: a second element's quotient past N = 64
+RUN_PAST_N = bytes([0x80]) + bytes([0xFF] * 8)
 
 
 def _with(message: np.ndarray, position: int, value: int) -> np.ndarray:
@@ -101,20 +110,18 @@ MALFORMED = {
     "bitmap sign without value": (_with(_bitmap(), 4, 1 << 16), 40, "sign bit"),
     "bitmap value bit beyond N": (_with(_bitmap(), 6, 0x01FF), 40, "beyond"),
     "bitmap sign+value beyond N": (_with(_bitmap(), 6, 0x0100_0100), 40, "beyond"),
-    "packed count above N": (_packed(bytes([6, 17, 60]), count=65), 64, "count must be in"),
-    "packed body too long": (_packed(bytes([6, 17, 60]) + bytes(16)), 64, "body bytes"),
-    "packed truncated": (_packed(bytes([6, 17, 0x80, 0x80])), 64, "runs past"),
-    "packed varint over 5 bytes": (_packed(bytes([0x80] * 5 + [1]), count=1), 64, "past 5 bytes"),
-    "packed zero first index": (_packed(bytes([1, 17, 60])), 64, "index zero"),
-    "packed repeated index": (_packed(bytes([6, 1, 60])), 64, "ascending"),
-    "packed index above N": (_packed(bytes([6, 17, 0xFE, 0x01])), 64, "out of range"),
-    "packed trailing bytes": (_packed(bytes([6, 17, 60, 9])), 64, "zero padding"),
-    "packed N differs from target": (_packed(bytes([6, 17, 60])), 65, "target"),
+    "packed count above N": (_packed(SPARSE_PACKED, count=65), 64, "count must be in"),
+    "packed body too long": (_packed(SPARSE_PACKED + bytes(28)), 64, "body bytes"),
+    "packed truncated": (_packed(ONE_WIDE_ELEMENT), 64, "runs past"),
+    "packed index above N": (_packed(RUN_PAST_N, count=2), 64, "out of range"),
+    "packed trailing bits": (_packed(bytes([0x83, 0xF8, 0xAB])), 64, "bits after"),
+    "packed whole word of padding": (_packed(SPARSE_PACKED + bytes(5)), 64, "whole word of padding"),
+    "packed N differs from target": (_packed(SPARSE_PACKED), 65, "target"),
 }
 
 
 def test_the_packed_helper_is_the_sparse_message_packed() -> None:
-    assert np.array_equal(compact(_sparse()), _packed(bytes([6, 17, 60])))
+    assert np.array_equal(compact(_sparse()), _packed(SPARSE_PACKED))
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from psrv.encoding import AdaptiveThreshold, ResidualEncoder, encode_counted  # noqa: E402
+from psrv.encoding import AdaptiveThreshold, ResidualEncoder, compact, encode_counted  # noqa: E402
 from psrv.nn.errors import ConfigError, InvalidInputError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork, resolve_device  # noqa: E402
 from psrv.server import Controller, Node  # noqa: E402
@@ -167,7 +167,8 @@ def test_device_sharing_keeps_replicas_equal_through_a_real_controller() -> None
                 update, _ = network.compute_update_tensor(*batch(seed=100 * i + step))
                 message = encoder.encode_update(update)
                 if message is not None:
-                    assert sharing.submit(nodes[i], message, network.iteration, 0) == message.numel() * 4
+                    wire = compact(message.cpu().numpy())  # what travels, and what is counted
+                    assert sharing.submit(nodes[i], message, network.iteration, 0) == wire.nbytes
                     sent += 1
 
         threads = [threading.Thread(target=train, args=(i,)) for i in range(2)]

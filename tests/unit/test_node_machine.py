@@ -250,7 +250,7 @@ def test_backlog_submitted_while_joining_is_numbered_and_sent_after_catch_up():
     assert (seq, actions) == (0, [])
     assert h.released == 1  # its slot was released at once
     actions = h.catch_up()
-    sends = h.sent(actions, Op.UPDATE, 0)
+    sends = h.sent(actions, Op.UPDATES, 0)
     assert [rows(s) for s in sends] == [[(1, 1)]] and not sends[0].droppable
     np.testing.assert_array_equal(h.params, delta(7))  # re-applied on the downloaded replica
 
@@ -290,12 +290,12 @@ def test_relay_never_goes_back_and_only_relayed_copies_are_droppable():
     h.catch_up()
     assert h.mesh.parent(3) == 1 and h.mesh.parent(4) == 1
     actions = h.from_node(update(3, 1), 3)
-    assert sorted(a.to for a in h.sent(actions, Op.UPDATE)) == [0, 4]
-    assert all(a.droppable for a in h.sent(actions, Op.UPDATE))
+    assert sorted(a.to for a in h.sent(actions, Op.UPDATES)) == [0, 4]
+    assert all(a.droppable for a in h.sent(actions, Op.UPDATES))
     actions = h.from_ctrl(update(2, 1, src=0))
-    assert sorted(a.to for a in h.sent(actions, Op.UPDATE)) == [3, 4]
+    assert sorted(a.to for a in h.sent(actions, Op.UPDATES)) == [3, 4]
     seq, actions = h.submit(9)
-    own = h.sent(actions, Op.UPDATE)
+    own = h.sent(actions, Op.UPDATES)
     assert seq == 1 and sorted(a.to for a in own) == [0, 3, 4] and not any(a.droppable for a in own)
     # the submit slot is released once every target socket took the frames
     assert len({id(a.token) for a in own}) == 1 and h.released == 0
@@ -381,7 +381,7 @@ def test_a_partition_that_heals_rejoins_and_catches_up():
     h.join(3)
     actions = h.catch_up()
     assert h.machine.ids_held == [1, 3] and h.machine.state is NodeState.RUNNING
-    assert [rows(s) for s in h.sent(actions, Op.UPDATE, 0)] == [[(3, 1)]]
+    assert [rows(s) for s in h.sent(actions, Op.UPDATES, 0)] == [[(3, 1)]]
 
 
 def test_evicted_rejoins_at_once_and_disconnects_the_mesh():
@@ -472,11 +472,11 @@ def test_in_a_mesh_own_updates_are_resent_straight_to_the_controller():
     assert h.mesh.parent(3) == 1
     for index in (1, 2):
         _, actions = h.submit(index)
-        assert sorted(a.to for a in h.sent(actions, Op.UPDATE)) == [1]  # along the mesh first (no children)
+        assert sorted(a.to for a in h.sent(actions, Op.UPDATES)) == [1]  # along the mesh first (no children)
     h.beat({3: 0})
     h.beat({3: 0})
     actions = h.beat({3: 0}, dt=3.1)
-    again = h.sent(actions, Op.UPDATES) + h.sent(actions, Op.UPDATE)
+    again = h.sent(actions, Op.UPDATES)
     assert [a.to for a in again] == [0] and sorted(r for a in again for r in rows(a)) == [(3, 1), (3, 2)]
     # the controller relays the re-sent copy to everyone: ours comes back down, a duplicate
     h.from_node(update(3, 1, src=1), 1)

@@ -86,7 +86,7 @@ def test_the_backlog_is_reapplied_on_the_installed_copy_through_apply():
     assert seq == 0
     actions = h.catch_up()
     assert [kind for kind, _ in h.carried] == ["install", "apply"]
-    assert [rows(s) for s in h.sent(actions, Op.UPDATE, 0)] == [[(1, 1)]]
+    assert [rows(s) for s in h.sent(actions, Op.UPDATES, 0)] == [[(1, 1)]]
     np.testing.assert_array_equal(h.live, delta(7))
 
 

@@ -68,7 +68,7 @@ def test_a_row_from_a_member_our_older_mesh_lacks_waits_for_the_newer_mesh():
     h.add(8)  # (ids are placed in order; 9 needs 8 first)
     actions = h.mesh_update(9)
     np.testing.assert_array_equal(h.params, delta(6))
-    assert not h.sent(actions, Op.UPDATE)  # plain: no neighbour below us to relay to
+    assert not h.sent(actions, Op.UPDATES)  # plain: no neighbour below us to relay to
     # applied once: the same row again is a duplicate
     h.from_ctrl(update(9, 1, index=6, src=0))
     np.testing.assert_array_equal(h.params, delta(6))

@@ -1,7 +1,9 @@
 """psrv.encoding.update_header: the one definition of an update's header, and the wire it gives.
 
-The golden frames below were written by the code before the header moved into encoding/ (main at
-4875062, ``transport/batch.py`` + ``transport/payload.py``): the wire must stay byte-identical.
+The golden frames below are protocol 2's. They are the frames written by the code before the header
+moved into encoding/ (main at 4875062, ``transport/batch.py`` + ``transport/payload.py``) with the
+version byte raised from 1 to 2 (``a17601`` -> ``a17602``), plus the one-row UPDATES that protocol 2
+sends for a lone update; the wire must stay byte-identical to them.
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ F1 = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 0.5, "encoding"
 F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "encoding": "bitmap"}
 SPARSE_HEX = "02000000280000000000003f0000000003000000f8ffffff"
 BITMAP_HEX = "28000000280000000000803e01000000ffff0800ffff0000ff000000"
-UPDATE_HEADER_HEX = (
-    "89a17601a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
+UPDATE_HEADER_HEX = (  # still accepted, no longer sent
+    "89a17602a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
     "636801a3746175cb3fe0000000000000a8656e636f64696e67a6737061727365"
 )
+ONE_ROW_HEADER_HEX = (
+    "84a17602a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
+    "7365"
+)
 UPDATES_HEADER_HEX = (
-    "84a17601a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
+    "84a17602a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
     "73659604cf0000010000000000fb00cb3fd0000000000000a66269746d6170"
 )
 
@@ -53,13 +59,16 @@ def test_the_wire_is_byte_identical_to_the_one_before_the_move() -> None:
     assert (m1.tobytes().hex(), m2.tobytes().hex()) == (SPARSE_HEX, BITMAP_HEX)
     one = encode_frames(batch_message([(dict(F1), m1)], src=2))
     two = encode_frames(batch_message([(dict(F1), m1), (dict(F2), m2)], src=2))
-    assert one[0].hex() == UPDATE_HEADER_HEX and two[0].hex() == UPDATES_HEADER_HEX
+    assert one[0].hex() == ONE_ROW_HEADER_HEX and two[0].hex() == UPDATES_HEADER_HEX
+    assert encode_frames(Message(Op.UPDATE, dict(F1), [m1], src=2))[0].hex() == UPDATE_HEADER_HEX
     assert [bytes(memoryview(b)) for b in two[1:]] == [m1.tobytes(), m2.tobytes()]
 
 
-def test_old_frames_decode_to_the_same_items() -> None:
+def test_the_golden_frames_decode_to_the_same_items() -> None:
     m1, m2 = payloads()
     update = decode_frames([bytes.fromhex(UPDATE_HEADER_HEX), bytes.fromhex(SPARSE_HEX)])
+    one_row = decode_frames([bytes.fromhex(ONE_ROW_HEADER_HEX), bytes.fromhex(SPARSE_HEX)])
+    assert [f for f, _ in unbatch(one_row)] == [F1]
     updates = decode_frames(
         [bytes.fromhex(UPDATES_HEADER_HEX), bytes.fromhex(SPARSE_HEX), bytes.fromhex(BITMAP_HEX)]
     )
