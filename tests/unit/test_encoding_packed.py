@@ -79,7 +79,8 @@ def test_the_parameter_chosen_takes_the_fewest_bits_of_all_32(gaps: list[int], s
     indices = np.cumsum(gaps)
     n = int(indices[-1]) + int(np.random.default_rng(seed).integers(0, 1000))
     signs = np.random.default_rng(seed).random(len(gaps)) < 0.5
-    message = sparse_message(indices - 1, signs, n, 0.5)
+    signed = np.where(signs, -indices, indices)
+    message = np.array([len(gaps), n, TAU_BITS, 0, *signed.tolist()], dtype=np.int32)  # any density
     every = [5 + sum(((g - 1) >> k) + k + 2 for g in gaps) for k in range(32)]
     rice, bits = rice_parameter(message)
     assert bits == min(every) == every[rice]
@@ -110,6 +111,25 @@ def test_compact_applies_exactly_as_the_message_it_came_from(n: int, density: fl
     decode_validated(wire, validated)
     assert np.array_equal(expected, got) and np.array_equal(expected, validated)
     assert compact(wire) is wire  # already the smallest: nothing to do
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5000), st.booleans()), min_size=0, max_size=40), st.integers(0, 31))
+def test_every_parameter_writes_the_documented_stream_and_reads_it_back(elements: list, k: int) -> None:
+    """The kernels against the bit-by-bit oracle for any k, long unary runs (k = 0) included."""
+    indices = np.cumsum([gap for gap, _ in elements]).astype(np.int64)
+    n = int(indices[-1]) if elements else 1
+    signed = [-i if neg else i for i, (_, neg) in zip(indices.tolist(), elements, strict=True)]
+    message = np.array([len(elements), n, TAU_BITS, 0, *signed], dtype=np.int32)  # any density
+    body = stream(list(zip(indices.tolist(), [neg for _, neg in elements], strict=True)), k)
+    bits = 5 + sum(((gap - 1) >> k) + k + 2 for gap, _ in elements)
+    assert (bits + 7) // 8 == len(body)
+    if 1 <= k <= 30:
+        assert _kernels.packed_bits(message, k)[1] == bits
+    words = np.zeros((bits + 31) // 32, dtype=np.uint32)
+    _kernels.pack_sparse(message, k, words)
+    assert words.view(np.uint8).tobytes() == body + bytes(-len(body) % 4)
+    assert parse_message(packed(n, len(elements), body))[0].tolist() == message.tolist()
 
 
 def test_a_bitmap_is_packed_while_that_is_smaller_and_kept_when_it_is_not() -> None:
