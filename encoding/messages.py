@@ -23,6 +23,7 @@ from psrv.encoding.update_header import (  # the wire format's header, defined t
     HEADER_WORDS,
     MAX_RICE_K,
     PACKED,
+    RICE_K_BITS,
     SPARSE,
     WORD_ELEMENTS,
     check_header,
@@ -141,9 +142,7 @@ def packed_problem(code: int, element: int, count: int, n: int) -> str:
     if code == k.BAD_TRAILING:
         return (f"packed body has bits after its {count} elements, or a whole word of padding after "
                 "them")
-    if code == k.BAD_INDEX_RANGE:
-        return f"packed element #{element} is out of range for N={n}"
-    return f"packed element #{element} does not follow the previous index in ascending order (gap 0)"
+    return f"packed element #{element} is out of range for N={n}"  # BAD_INDEX_RANGE: gaps are >= 1
 
 
 def compact(message: np.ndarray) -> np.ndarray:
@@ -198,7 +197,7 @@ def rice_parameter(sparse: np.ndarray) -> tuple[int, int]:
     convex in k). One pass over the message per three values of k, as a rule one in all."""
     count = sparse.shape[0] - HEADER_WORDS
     if count <= 0:
-        return 0, k.RICE_K_BITS
+        return 0, RICE_K_BITS
     mean_gap = abs(int(sparse[-1])) / count
     centre = min(MAX_RICE_K - 1, max(1, int(math.log2(max(1.0, mean_gap * math.log(2))))))
     while True:
