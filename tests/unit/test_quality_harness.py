@@ -337,6 +337,30 @@ def test_seed_by_seed_compares_each_run_with_its_own_seeds_one_process() -> None
     assert (row[5], row[6]) == ("-10.0", "+1.0")  # the medians: 0.70 over four seeds against 0.8
 
 
+def test_the_aims_table_checks_the_default_against_one_process_sync_and_the_bytes() -> None:
+    """One process ends at 0.8, 0.6 and 0.5 on seeds 0-2. At 2 workers the default ends 1 point behind
+    on every seed (allowed: 1) and 1 behind synchronous averaging; at 8 workers 3 behind (allowed: 2),
+    and one seed's run sent a bitmap after step 3 and twice the dense bytes."""
+    runs = []
+    for seed, one in enumerate([0.8, 0.6, 0.5]):
+        runs += [_record(1, seed, "one", [(120, one)]),
+                 _record(2, seed, "sync", [(60, one)]),
+                 _record(2, seed, "default", [(60, one - 0.01)]),
+                 {**_record(8, seed, "default", [(15, one - 0.03)]), "bitmaps": 1 if seed else 0,
+                  "bytes": 2 * 100 * 15 * 8}]
+    rows = {row.split(" | ")[2]: row.split(" | ") for row in bench_quality.aims_table(runs)[2:]}
+    assert rows["2"][3:7] == ["-1.0", "-1.0", "-1.0", "-1"]
+    assert rows["2"][-1] == "met |"
+    assert rows["8"][3:7] == ["-3.0", "-3.0", "-", "-2"]
+    assert rows["8"][-1] == "missed: accuracy vs one process, bytes, bitmaps |"
+    assert rows["8"][7] == "2.0000"
+    # a point more behind synchronous averaging than allowed is named on its own
+    behind = [{**r, "accuracy": r["accuracy"] + 0.02} if r["job"][4] == "sync" else r for r in runs]
+    row = bench_quality.aims_table(behind)[2].split(" | ")
+    assert (row[2], row[5], row[-1]) == ("2", "-3.0", "missed: accuracy vs sync |")
+    assert bench_quality.aims_table([r for r in runs if r["job"][4] != "one"])[2:] == []  # nothing to check
+
+
 def test_epochs_given_on_the_command_line_replace_the_tasks_own_and_name_the_rows() -> None:
     default = bench_quality._run(("tiny", "adam", 2, 0, "sync", 0, 0, 0))
     longer = bench_quality._run(("tiny", "adam", 2, 0, "sync", 0, 0, 3))
