@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import seed_by_seed  # noqa: E402  (scripts/ is not a package)
+from bench_quality import AIM_BYTES, aim_points, seed_by_seed  # noqa: E402  (scripts/ is not a package)
 
 #: the ways a fit can share: psrv's defaults, DL4J's, and psrv's defaults with the optimizer as given
 WAYS = ("default", "dl4j", "given")
@@ -199,11 +199,14 @@ LABELS = {("harness", "one"): "one process", ("harness", "default"): "harness, d
 def table(runs: list[dict[str, Any]], workers: int) -> str:
     """One row per task and method: accuracy per seed, median, points against one process (the
     difference of the medians, and seed by seed: the median of each seed's difference from its own
-    one-process run, on the same data set and initial weights), steps, bytes. A task run with SGD is
-    named apart ("cnn, sgd"), so runs loaded together are compared only with their like."""
-    runs = [{**r, "task": r["task"] + (", sgd" if r.get("optimizer") == "sgd" else "")} for r in runs]
+    one-process run, on the same data set and initial weights), steps, bytes. A task run with SGD or
+    RMSprop is named apart ("cnn, sgd"), so runs loaded together are compared only with their like.
+    The default's rows are checked against the aims bench_quality.py checks (within 1 point of one
+    process at 2 and 4 workers and 2 at 8, in both columns; at most 1/100 of a dense exchange's bytes)."""
+    runs = [{**r, "task": r["task"] + (f", {r['optimizer']}" if r.get("optimizer") in ("sgd", "rmsprop")
+                                       else "")} for r in runs]
     lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
-             "steps, all workers | bytes / dense |", "|---|---|---|---|---|---|---|---|---|"]
+             "steps, all workers | bytes / dense | aims |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["task"] for r in runs):
         ones = {r["seed"]: r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one"}
         one = statistics.median(ones.values())
@@ -217,10 +220,23 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
             share = "-" if key[1] == "one" else \
                 f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
             steps = statistics.median(r["steps"] for r in group)
+            aims = _aims(100 * (middle - one), paired, share, workers) if key[1] == "default" else "-"
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
-                         f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} |")
+                         f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} | {aims} |")
     return "\n".join(lines)
+
+
+def _aims(points: float, paired: str, share: str, workers: int) -> str:
+    """"met", or what missed: accuracy against one process (the medians' difference or seed by seed
+    beyond the allowance for ``workers``), bytes over 1/100 of a dense exchange."""
+    allowed = aim_points(workers)
+    missed = []
+    if round(points, 1) < -allowed or (paired != "-" and float(paired) < -allowed):
+        missed.append("accuracy vs one process")
+    if share != "-" and float(share) > AIM_BYTES:
+        missed.append("bytes")
+    return "met" if not missed else "missed: " + ", ".join(missed)
 
 
 if __name__ == "__main__":

@@ -199,6 +199,14 @@ def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
     assert [(r[0], r[2], r[5]) for r in rows] == [
         ("| cnn", "one process", "+0.0"), ("| cnn", "Spark, default", "-2.0"),
         ("| cnn, sgd", "one process", "+0.0"), ("| cnn, sgd", "Spark, default", "-10.0")]
+    # the default's rows against the aims: 2 points behind at 2 workers is more than the 1 allowed
+    assert [r[-1] for r in rows] == ["- |", "missed: accuracy vs one process |", "- |",
+                                     "missed: accuracy vs one process |"]
+    assert bench_quality_spark.table(runs, 8).splitlines()[3].endswith("| met |")  # 2 allowed at 8
+    dense = [{**r, "bytes": 20} for r in runs]  # 2 % of a dense exchange
+    assert bench_quality_spark.table(dense, 8).splitlines()[3].endswith("| missed: bytes |")
+    rmsprop = [{**r, "optimizer": "rmsprop"} for r in runs if r["optimizer"] == "sgd"]
+    assert bench_quality_spark.table(rmsprop, 2).splitlines()[2].startswith("| cnn, rmsprop |")
 
 
 def test_every_method_sees_the_same_minibatches() -> None:
