@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default")
+           "default", "gradients", "gradlin")
 #: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
 DEFAULT_SPARSITY = 0.03
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
@@ -66,7 +66,9 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "dl4jown": "sharing, DL4J τ, own point, momentum ** workers",
           "quantown": "sharing, quantile τ, steps from own point",
           "quant3": "sharing, quantile τ at 3 %, steps from own point",
-          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)"}
+          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)",
+          "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
+          "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers"}
 #: a method ``sync@K``: synchronous averaging at K times the optimizer's learning rate
 SYNC_AT = "sync@"
 
@@ -117,6 +119,11 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
         result = harness.synchronous(task, setting)
     elif method == "avg":
         result = harness.parameter_averaging(task, setting)
+    elif method in ("gradients", "gradlin"):  # the gradients shared, every replica's optimizer stepping
+        setting.lr = lr * (workers if method == "gradlin" else 1)
+        result = harness.compressed_gradients(task, setting, harness.Sharing(
+            lambda: SampledQuantileThreshold(sparsity=sparsity), lambda: ResidualClipping(5, 5)))
+        result.method = label(method)
     else:
         config = {"dl4j": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5)),
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),

@@ -15,6 +15,10 @@ and every replica is compared with the master copy (the initial parameters plus 
 ``own_point`` a worker steps from its replica plus its residual (what it has not sent yet), as psrv's
 default ``step_from="own"`` does, and evaluations during the run see that point; the final accuracy is
 the master copy's.
+
+``compressed_gradients`` shares gradients instead of steps, for comparison: each worker
+threshold-encodes its gradient and every replica steps one optimizer on the mean of the decoded
+messages.
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ from torch import nn
 
 from quality.tasks import Task
 
-__all__ = ["FlushingQuantile", "Result", "Setting", "Sharing", "batches", "flush_threshold", "one_process",
-           "parameter_averaging", "sharing", "synchronous"]
+__all__ = ["FlushingQuantile", "Result", "Setting", "Sharing", "batches", "compressed_gradients",
+           "flush_threshold", "one_process", "parameter_averaging", "sharing", "synchronous"]
 
 Factory = Callable[[], Any]
 
@@ -208,6 +212,58 @@ def synchronous(task: Task, setting: Setting, dtype: torch.dtype = torch.float32
                   bytes_total=dense * setting.workers * len(rounds),
                   bytes_first100=dense * min(100, len(rounds)), dense_per_step=dense,
                   steady_per_step=float(dense), params=_flat(module))
+
+
+def compressed_gradients(task: Task, setting: Setting, config: Sharing | None = None,
+                         dtype: torch.dtype = torch.float32) -> Result:
+    """Gradient compression with one optimizer: each worker threshold-encodes its gradient (its own
+    residual keeps what was not sent, error feedback) and every replica steps the same optimizer on
+    the mean of the round's decoded messages. In lock-step rounds every replica sees the same
+    messages, so one module stands for all of them. With ``config.codec == "exact"`` nothing is
+    quantized and this is synchronous averaging."""
+    config = config or Sharing()
+    module = initial_module(task, setting, dtype)
+    optimizer = setting.make_optimizer(module.parameters())
+    params = list(module.parameters())
+    size = sum(p.numel() for p in params)
+    np_dtype = np.dtype(str(dtype).removeprefix("torch."))
+    encoders = [ResidualEncoder(size, dtype=np_dtype,
+                                threshold_algorithm=config.threshold() if config.threshold else None,
+                                post_processor=config.post_processor() if config.post_processor else None)
+                for _ in range(setting.workers)]
+    rounds = batches(task, setting)
+    points, curve = _eval_points(len(rounds), setting.evals), []
+    sent = np.zeros(len(rounds), dtype=np.int64)
+    for r, round_ in enumerate(rounds):
+        total = np.zeros(size, dtype=np_dtype)
+        for w, (x, y) in enumerate(round_):
+            xt, yt = _tensors(x, y, dtype)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(module(xt), yt).backward()
+            gradient = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
+            if config.codec == "exact":
+                total += gradient
+                sent[r] += gradient.nbytes
+                continue
+            message = encoders[w].encode_update(gradient.copy())
+            if message is not None:
+                decode(message, total)
+                sent[r] += compact(message).nbytes
+        total /= len(round_)
+        offset = 0
+        for p in params:
+            p.grad = torch.from_numpy(total[offset:offset + p.numel()].copy()).view_as(p)
+            offset += p.numel()
+        optimizer.step()
+        if r + 1 in points:
+            curve.append((r + 1, accuracy(module, task, setting)))
+    workers, n = setting.workers, len(rounds)
+    steady = sent[100:] if n > 200 else sent[n // 2:]
+    return Result("compressed gradients", accuracy(module, task, setting), n, curve,
+                  bytes_total=int(sent.sum()), bytes_first100=int(sent[:100].sum()) // workers,
+                  dense_per_step=size * np_dtype.itemsize,
+                  steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
+                  params=_flat(module))
 
 
 def _average_optimizers(optimizers: list[torch.optim.Optimizer]) -> None:

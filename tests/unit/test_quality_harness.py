@@ -83,6 +83,19 @@ def test_synchronous_averaging_is_one_process_with_the_combined_batch(optimizer)
             np.testing.assert_allclose(synchronous.params, one.params, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_compressed_gradients_without_quantization_are_synchronous_averaging_bit_for_bit(optimizer) -> None:
+    task = tasks.make("tiny", 0)
+    setting = harness.Setting(optimizer=optimizer, workers=3)
+    exact = harness.compressed_gradients(task, setting, harness.Sharing(codec="exact"))
+    np.testing.assert_array_equal(exact.params, harness.synchronous(task, setting).params)
+    # quantized: a few percent of the bytes travel, and the run differs
+    quantized = harness.compressed_gradients(task, setting, harness.Sharing(
+        lambda: SampledQuantileThreshold(sparsity=0.03)))
+    assert 0 < quantized.bytes_total < exact.bytes_total / 10
+    assert not np.array_equal(quantized.params, exact.params)
+
+
 def test_interleaved_workers_without_quantization_are_one_process_for_plain_sgd() -> None:
     """Workers stepping one after the other, each after the round's earlier workers' updates arrived,
     with plain SGD (no state of their own) and every step sent whole: the replicas take one process's
