@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import AIM_BYTES, aim_points, seed_by_seed  # noqa: E402  (scripts/ is not a package)
+from bench_quality import aims_verdict, seed_by_seed  # noqa: E402  (scripts/ is not a package)
 
 #: the ways a fit can share: psrv's defaults, DL4J's, and psrv's defaults with the optimizer as given
 WAYS = ("default", "dl4j", "given")
@@ -220,23 +220,13 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
             share = "-" if key[1] == "one" else \
                 f"{statistics.median(r['bytes'] / max(1, r['dense']) for r in group):.4f}"
             steps = statistics.median(r["steps"] for r in group)
-            aims = _aims(100 * (middle - one), paired, share, workers) if key[1] == "default" else "-"
+            aims = aims_verdict(workers, 100 * (middle - one), paired,
+                                bytes_ratio=None if share == "-" else float(share)) \
+                if key[1] == "default" else "-"
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
                          f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} | {aims} |")
     return "\n".join(lines)
-
-
-def _aims(points: float, paired: str, share: str, workers: int) -> str:
-    """"met", or what missed: accuracy against one process (the medians' difference or seed by seed
-    beyond the allowance for ``workers``), bytes over 1/100 of a dense exchange."""
-    allowed = aim_points(workers)
-    missed = []
-    if round(points, 1) < -allowed or (paired != "-" and float(paired) < -allowed):
-        missed.append("accuracy vs one process")
-    if share != "-" and float(share) > AIM_BYTES:
-        missed.append("bytes")
-    return "met" if not missed else "missed: " + ", ".join(missed)
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ def synchronous(task: Task, setting: Setting, dtype: torch.dtype = torch.float32
 
 
 def compressed_gradients(task: Task, setting: Setting, config: Sharing | None = None,
-                         dtype: torch.dtype = torch.float32) -> Result:
+                         name: str = "compressed gradients", dtype: torch.dtype = torch.float32) -> Result:
     """Gradient compression with one optimizer: each worker threshold-encodes its gradient (its own
     residual keeps what was not sent, error feedback) and every replica steps the same optimizer on
     the mean of the round's decoded messages. In lock-step rounds every replica sees the same
@@ -226,11 +226,8 @@ def compressed_gradients(task: Task, setting: Setting, config: Sharing | None = 
     optimizer = setting.make_optimizer(module.parameters())
     params = list(module.parameters())
     size = sum(p.numel() for p in params)
-    np_dtype = np.dtype(str(dtype).removeprefix("torch."))
-    encoders = [ResidualEncoder(size, dtype=np_dtype,
-                                threshold_algorithm=config.threshold() if config.threshold else None,
-                                post_processor=config.post_processor() if config.post_processor else None)
-                for _ in range(setting.workers)]
+    np_dtype = _flat(module).dtype
+    encoders = _encoders(config, setting.workers, size, np_dtype)
     rounds = batches(task, setting)
     points, curve = _eval_points(len(rounds), setting.evals), []
     sent = np.zeros(len(rounds), dtype=np.int64)
@@ -245,7 +242,7 @@ def compressed_gradients(task: Task, setting: Setting, config: Sharing | None = 
                 total += gradient
                 sent[r] += gradient.nbytes
                 continue
-            message = encoders[w].encode_update(gradient.copy())
+            message = encoders[w].encode_update(gradient)
             if message is not None:
                 decode(message, total)
                 sent[r] += compact(message).nbytes
@@ -257,13 +254,28 @@ def compressed_gradients(task: Task, setting: Setting, config: Sharing | None = 
         optimizer.step()
         if r + 1 in points:
             curve.append((r + 1, accuracy(module, task, setting)))
-    workers, n = setting.workers, len(rounds)
+    return Result(name, accuracy(module, task, setting), len(rounds), curve, params=_flat(module),
+                  **_sent_bytes(sent, setting.workers, size * np_dtype.itemsize))
+
+
+def _encoders(config: Sharing, workers: int, size: int, dtype: np.dtype) -> list[ResidualEncoder]:
+    """One encoder per worker, each with its own threshold algorithm and post-processor from
+    ``config``'s factories."""
+    return [ResidualEncoder(size, dtype=dtype,
+                            threshold_algorithm=config.threshold() if config.threshold else None,
+                            post_processor=config.post_processor() if config.post_processor else None)
+            for _ in range(workers)]
+
+
+def _sent_bytes(sent: np.ndarray, workers: int, dense: int) -> dict[str, Any]:
+    """``Result``'s byte fields from the bytes sent in each round by all ``workers``: the total, the
+    first 100 steps per worker, and the steady state per worker and step (after the first 100 steps,
+    or the second half of a shorter run)."""
+    n = len(sent)
     steady = sent[100:] if n > 200 else sent[n // 2:]
-    return Result("compressed gradients", accuracy(module, task, setting), n, curve,
-                  bytes_total=int(sent.sum()), bytes_first100=int(sent[:100].sum()) // workers,
-                  dense_per_step=size * np_dtype.itemsize,
-                  steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
-                  params=_flat(module))
+    return {"bytes_total": int(sent.sum()), "bytes_first100": int(sent[:100].sum()) // workers,
+            "dense_per_step": dense,
+            "steady_per_step": float(steady.mean()) / workers if len(steady) else 0.0}
 
 
 def _average_optimizers(optimizers: list[torch.optim.Optimizer]) -> None:
@@ -334,11 +346,7 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
             momentum_for_workers(net, setting.workers)
     size, np_dtype = nets[0].num_params, nets[0].params.dtype
     master = nets[0].params.copy()
-    encoders = [ResidualEncoder(
-        size, dtype=np_dtype,
-        threshold_algorithm=config.threshold() if config.threshold else None,
-        post_processor=config.post_processor() if config.post_processor else None)
-        for _ in nets]
+    encoders = _encoders(config, len(nets), size, np_dtype)
     rng = np.random.default_rng([setting.seed, 11])
     pending: list[list[tuple[int, Any]]] = [[] for _ in nets]  # per receiver: (due round, message)
     rounds = batches(task, setting)
@@ -401,15 +409,10 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
         if shared is not None:  # what was never sent leaves the replica: it is the master copy again
             net.params[:] = shared[v]
     gap = max(float(np.max(np.abs(net.params - master))) for net in nets)
-    workers, n = setting.workers, len(rounds)
-    steady = sent[100:] if n > 200 else sent[n // 2:]
-    return Result(name, accuracy(nets[0].module, task, setting), n, curve,
-                  bytes_total=int(sent.sum()), bytes_unpacked=unpacked,
-                  bytes_first100=int(sent[:100].sum()) // workers,
-                  dense_per_step=size * np_dtype.itemsize, bitmaps_after3=bitmaps,
-                  steady_per_step=float(steady.mean()) / workers if len(steady) else 0.0,
-                  replica_gap=gap, params=nets[0].params.copy(),
-                  residuals=[encoder.residual.copy() for encoder in encoders])
+    return Result(name, accuracy(nets[0].module, task, setting), len(rounds), curve,
+                  bytes_unpacked=unpacked, bitmaps_after3=bitmaps, replica_gap=gap,
+                  params=nets[0].params.copy(), residuals=[encoder.residual.copy() for encoder in encoders],
+                  **_sent_bytes(sent, setting.workers, size * np_dtype.itemsize))
 
 
 def flush_threshold(residual: np.ndarray, sample: int = 65536) -> float | None:
