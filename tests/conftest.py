@@ -10,6 +10,8 @@ import tempfile
 
 import pytest
 
+from tests.bytecode import compile_project_modules
+
 # Compiled numba kernels are cached per test run in a writable place, as on a Spark executor.
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), "psrv-numba-cache"))
 
@@ -55,6 +57,8 @@ _worker_stderr: list = []  # kept open for the run: faulthandler writes to its f
 
 
 def pytest_configure(config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # once per run, before any worker starts
+        compile_project_modules()  # see tests/bytecode.py
     if os.environ.get("PYTEST_XDIST_WORKER") and not _worker_stderr:
         # capturing is suspended here, so this is the worker's real stderr, not a test's capture
         stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
