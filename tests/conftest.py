@@ -14,6 +14,13 @@ from tests.bytecode import compile_project_modules
 
 # Compiled numba kernels are cached per test run in a writable place, as on a Spark executor.
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), "psrv-numba-cache"))
+# Every JVM the suite starts (Spark drivers, executors, standalone daemons, spark-submit) lives seconds
+# to minutes and runs little code hot: C2 compilation and the parallel collector's threads cost more CPU
+# than they win back. C1 only and the serial collector took a session with four small fits from 133-157
+# s of CPU to 92-100 s on 2 cores (wall 74-90 s to 56-60 s). Inherited by every process the tests start;
+# a JAVA_TOOL_OPTIONS of your own is kept as it is. (Each JVM says "Picked up JAVA_TOOL_OPTIONS" on
+# stderr.)
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 # --- parallel runs ---------------------------------------------------------------------------------------
