@@ -86,7 +86,10 @@ class Cluster:
         self.keys: str | None = None
 
     def _spawn(self, name: str, args: list[str], dump: Path | None) -> Proc:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PSRV_KEYS_DIR=str(self.tmp / "default-keys"))
+        # PYTHONFAULTHANDLER: a daemon killed by a fatal signal (a segfault) writes every thread's stack to
+        # its stderr, which a failing test shows
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
+                   PSRV_KEYS_DIR=str(self.tmp / "default-keys"))
         stderr_path = self.tmp / f"{name}.log"
         stderr = open(stderr_path, "w")  # noqa: SIM115 - closed right after the child inherits it
         popen = subprocess.Popen(
