@@ -66,7 +66,7 @@ _worker_stderr: list = []  # kept open for the run: faulthandler writes to its f
 def pytest_configure(config) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # once per run, before any worker starts
         compile_project_modules()  # see tests/bytecode.py
-    if os.environ.get("PYTEST_XDIST_WORKER") and not _worker_stderr:
+    elif not _worker_stderr:
         # capturing is suspended here, so this is the worker's real stderr, not a test's capture
         stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
         _worker_stderr.append(stderr)
