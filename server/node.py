@@ -191,7 +191,7 @@ class Node:
         """Say LEAVE, let queued frames out (linger), close everything. Idempotent."""
         if self._loop is None:
             return
-        self._loop.stop(timeout_s if timeout_s is not None else self.config.linger_s + 5.0)
+        self._loop.stop(timeout_s)
         with self._changed:
             self._changed.notify_all()
 

@@ -177,12 +177,25 @@ class Loop:
         return self._security is not None and self._security.enabled
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Feed ``Stopping`` (goodbyes), let queued frames out (linger), close everything. Idempotent."""
+        """Feed ``Stopping`` (goodbyes), let queued frames out (linger), close everything. Idempotent.
+
+        Waits ``timeout_s`` (default ``stop_timeout_s()``) for the I/O thread to end and logs a
+        warning if it has not: a process that exits while that thread is still inside zmq can crash."""
         if self._thread is None:
             return
         self._stop_requested.set()
         self._wake()
-        self._thread.join(timeout_s if timeout_s is not None else self.config.linger_s + 5.0)
+        wait_s = timeout_s if timeout_s is not None else self.stop_timeout_s()
+        self._thread.join(wait_s)
+        if self._thread.is_alive():
+            self.log.warning("%s %s: the I/O thread was still closing its sockets %.1f s after stop; "
+                             "a larger timeout_s (or a shorter linger_s) lets it finish",
+                             self.role, self.address, wait_s)
+
+    def stop_timeout_s(self) -> float:
+        """How long ``stop`` waits by default: queued frames get ``linger_s`` to reach their sockets and
+        the sockets ``linger_s`` again to send them as they close, plus 5 s for the rest."""
+        return 2.0 * self.config.linger_s + 5.0
 
     @property
     def running(self) -> bool:

@@ -12,7 +12,12 @@ __all__ = ["WakePipe"]
 
 class WakePipe:
     """One wake is enough for everything queued before the loop runs: ``wake()`` sends at most one
-    message until the loop ``drain()``s. ``pull`` is what the loop polls."""
+    message until the loop ``drain()``s. ``pull`` is what the loop polls.
+
+    ``wake()`` runs on any thread, ``drain()`` and ``close()`` on the loop's. A zmq socket is not
+    thread-safe: closing the PUSH socket while another thread is inside its ``send`` frees what that
+    send uses and crashes the process (SIGSEGV). So the send and the close hold the same lock, and a
+    wake after the close does nothing."""
 
     def __init__(self) -> None:
         self.pull: zmq.Socket | None = None
@@ -30,11 +35,14 @@ class WakePipe:
         self.push.connect(name)
 
     def wake(self) -> None:
-        if self._pending or self.push is None:
+        if self._pending:
             return
-        with self._lock, contextlib.suppress(zmq.Again, zmq.ZMQError):  # closing
+        with self._lock:
+            if self._pending or self.push is None:  # closed (or never opened)
+                return
             self._pending = True
-            self.push.send(b"", zmq.NOBLOCK)
+            with contextlib.suppress(zmq.Again, zmq.ZMQError):  # a full pipe already wakes the loop
+                self.push.send(b"", zmq.NOBLOCK)
 
     def drain(self) -> None:
         """Take every wake out of the pipe, then let ``wake()`` send again. In this order, a wake that
@@ -51,6 +59,9 @@ class WakePipe:
             self._pending = False
 
     def close(self) -> None:
-        for sock in (self.pull, self.push):
-            if sock is not None and not sock.closed:
-                sock.close(0)
+        """Close both ends; waits for a ``wake()`` in flight on another thread to finish its send."""
+        with self._lock:
+            sockets, self.pull, self.push = (self.pull, self.push), None, None
+            for sock in sockets:
+                if sock is not None and not sock.closed:
+                    sock.close(0)

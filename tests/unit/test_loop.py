@@ -255,3 +255,81 @@ def test_no_wake_is_lost_when_threads_wake_the_loop_while_it_drains() -> None:
     pipe.close()
     ctx.term()
     assert late == [], f"work waited for the poll's timeout after wakes {late}"
+
+
+class _HeldSend:
+    """A PUSH socket whose ``send`` waits for ``release`` (the real send then goes ahead): a wake held
+    inside zmq, where another thread's close would free what it uses."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        import threading
+
+        self.sock = sock
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.sends: list[str] = []
+
+    @property
+    def closed(self) -> bool:
+        return self.sock.closed
+
+    def send(self, data: bytes, flags: int = 0) -> None:
+        self.entered.set()
+        assert self.release.wait(10.0)
+        assert not self.sock.closed, "the socket was closed while a send was in it"
+        self.sock.send(data, flags)
+        self.sends.append("sent")
+
+    def close(self, linger: int | None = None) -> None:
+        self.sends.append("closed")
+        self.sock.close(linger)
+
+
+def test_the_wake_pipe_closes_only_after_a_send_in_flight_and_no_send_comes_after() -> None:
+    """zmq sockets are not thread-safe: the loop closing the wake pipe while a caller thread's wake is
+    inside ``send`` can crash the process. ``close()`` waits for that send, and a wake after it is a
+    no-op (no send, no error)."""
+    import threading
+
+    from psrv.transport.wake import WakePipe
+
+    ctx = zmq.Context()
+    pipe = WakePipe()
+    pipe.open(ctx, "inproc://test-wake-close")
+    held = _HeldSend(pipe.push)
+    pipe.push = held
+    waker = threading.Thread(target=pipe.wake, daemon=True)
+    waker.start()
+    assert held.entered.wait(10.0)
+    closer = threading.Thread(target=pipe.close, daemon=True)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() went ahead while a wake was inside send"
+    held.release.set()
+    waker.join(10.0)
+    closer.join(10.0)
+    assert not closer.is_alive() and held.sends == ["sent", "closed"]
+    assert pipe.push is None and pipe.pull is None
+    pipe._pending = False  # as after a drain: the next wake would send
+    pipe.wake()
+    assert held.sends == ["sent", "closed"]
+    ctx.term()
+
+
+def test_stop_says_so_when_the_io_thread_outlives_its_wait(caplog) -> None:
+    """``stop(timeout_s)`` returns after its wait; an I/O thread still closing then is logged (a process
+    that exits under it can crash inside zmq), and the loop still ends on its own afterwards."""
+    machine = Scripted(Stopping=lambda e: time.sleep(1.0) or [])
+    loop = Loop(cfg(), machine, role="test")
+    loop.start()
+    with caplog.at_level("WARNING", logger="psrv.transport.test"):
+        loop.stop(0.1)
+    assert any("still closing" in r.getMessage() for r in caplog.records), caplog.text
+    assert loop.wait(10.0)
+    caplog.clear()
+    quick = Loop(cfg(), Scripted(), role="test")
+    quick.start()
+    with caplog.at_level("WARNING", logger="psrv.transport.test"):
+        quick.stop()
+    assert not quick.running and "still closing" not in caplog.text
+    assert quick.stop_timeout_s() == pytest.approx(2 * 0.2 + 5.0)
