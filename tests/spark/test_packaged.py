@@ -12,7 +12,7 @@ spark.pyspark.python would name it too). Tasks report where ``psrv`` and ``torch
 Why not ``--system-site-packages`` for torch: the base interpreter has no torch to share, and an
 environment that borrows packages from outside itself is exactly what a packed archive cannot carry to
 a cluster; the fresh environment is complete, and the pack leaves out only pyspark's jars (the cluster's
-JVM has its own) and torch's C++ headers.
+JVM has its own), torch's C++ headers and torch's C++ test programs.
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ ROOT = Path(__file__).resolve().parents[2]
 STEP_DEADLINE_S = 600
 IGNORED = (".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
            ".ruff_cache", "out", "spark-warehouse", "metastore_db")
-# as README's "Running on a cluster": pyspark's jars (the cluster's JVM has its own) and torch's C++ headers
-# (only for building extensions; 9,000 files) stay out of the archive
+# as README's "Running on a cluster": pyspark's jars (the cluster's JVM has its own), torch's C++ headers
+# (only for building extensions; 9,000 files) and torch's own C++ test programs stay out of the archive
 PACK_EXCLUDES = ("--exclude", "lib/python*/site-packages/pyspark/jars/*",
-                 "--exclude", "lib/python*/site-packages/torch/include/*")
+                 "--exclude", "lib/python*/site-packages/torch/include/*",
+                 "--exclude", "lib/python*/site-packages/torch/test/*",
+                 "--exclude", "lib/python*/site-packages/torch/bin/test_*",
+                 "--exclude", "lib/python*/site-packages/torch/bin/*Test")
 # what the executors report from inside a task (appended to README's example)
 EPILOGUE = '''
 
@@ -122,6 +125,16 @@ def packed_environment(tmp_path_factory) -> Iterator[dict[str, Path]]:
         # removed by a detached rm, which took minutes in the foreground on a busy disk
         subprocess.Popen(["rm", "-rf", str(work)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_readme_packs_what_this_test_packs() -> None:
+    """README's venv-pack line leaves out exactly what the archive tested here leaves out."""
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"psrv-env/bin/venv-pack -p psrv-env -o psrv-env.tar.gz((?:.|\\\n)*?)\n(?!\s*--)",
+                     readme)
+    assert line is not None, "README's venv-pack command is gone"
+    named = re.findall(r"--exclude '([^']+)'", line.group(1))
+    assert named == list(PACK_EXCLUDES[1::2])
 
 
 def test_wheel_in_a_packed_environment_runs_the_readme_example_on_local_cluster(packed_environment,
