@@ -16,12 +16,24 @@ an empty cache it costs 23 s of CPU, and a test whose processes compile their ow
 from __future__ import annotations
 
 import compileall
+import tomllib
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-#: psrv's package folders (pyproject.toml's package-dir) and what the tests import from the tree
-COMPILED_FOLDERS = ("top", "encoding", "transport", "server", "nn", "spark", "torchshare", "tests",
-                    "scripts", "examples")
+#: what the tests import from the tree beside psrv's own package folders
+TREE_FOLDERS = ("tests", "scripts", "examples")
+
+
+def package_folders(root: Path = PROJECT_ROOT) -> tuple[str, ...]:
+    """psrv's top package folders, as pyproject.toml's package-dir names them (compile_dir recurses, so
+    "server" covers "server/cli")."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    folders = (folder.split("/")[0] for folder in project["tool"]["setuptools"]["package-dir"].values())
+    return tuple(dict.fromkeys(folders))
+
+
+#: psrv's package folders and what the tests import from the tree
+COMPILED_FOLDERS = (*package_folders(), *TREE_FOLDERS)
 
 
 def compile_project_modules(root: Path = PROJECT_ROOT, folders: tuple[str, ...] = COMPILED_FOLDERS) -> bool:
