@@ -104,6 +104,9 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     interleave = bool(job[9]) if len(job) > 9 else False
     lr = harness.DEFAULT_LR[optimizer] * (job[10] if len(job) > 10 and job[10] else 1.0)
     task = tasks.make(name, seed, **({"epochs": epochs} if epochs else {}))
+    worker_batch = job[11] if len(job) > 11 else 0
+    if worker_batch and method != "one":  # one process keeps the task's batch: the reference
+        task.batch_size = worker_batch
     setting = harness.Setting(optimizer=optimizer, workers=workers, seed=seed, lr=lr)
     started = time.perf_counter()
     rounds = task.epochs * (len(task.y_train) // (task.batch_size * workers))
@@ -219,6 +222,8 @@ def _keyed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         name += ", interleaved" if interleave else ""
         lr_scale = r["job"][10] if len(r["job"]) > 10 else 0.0
         name += f", lr x {lr_scale:g}" if lr_scale and lr_scale != 1 else ""
+        worker_batch = r["job"][11] if len(r["job"]) > 11 else 0
+        name += f", batch {worker_batch} per worker" if worker_batch else ""
         name += f", delay {delay}+{jitter}" if delay or jitter else ""
         keyed.append({**r, "job": (name, optimizer, workers, seed, method)})
     return keyed
@@ -404,6 +409,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr-scale", type=float, default=1.0, metavar="F",
                         help="every method, one process included, at F x the optimizer's learning rate "
                         "(default 1: Adam 1e-3, SGD 0.01, RMSprop 1e-4); rows are named 'lr x F'")
+    parser.add_argument("--worker-batch", type=int, default=0, metavar="B",
+                        help="every method but one process trains on minibatches of B rows per worker "
+                        "(default: the task's own, 32); with B = 32 / N at N workers the workers together "
+                        "take one process's batch per round, as with DDP's batch split across the "
+                        "workers; rows are named 'batch B per worker'")
     parser.add_argument("--interleave", action="store_true",
                         help="sharing's workers step one after the other within a round, each after the "
                         "round's earlier workers' updates arrived (with --delay 0), as workers taking "
@@ -447,16 +457,19 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--sparsity: {exc}")
     sparsity = 0.0 if args.sparsity == DEFAULT_SPARSITY else args.sparsity  # the default's runs keep its key
     lr_scale = 0.0 if args.lr_scale == 1 else args.lr_scale  # likewise
+    if args.worker_batch < 0:
+        parser.error(f"--worker-batch: expected a positive number of rows, got {args.worker_batch}")
     jobs = []
     for name in args.tasks.split(","):
         for optimizer in args.optimizers.split(","):
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 if "one" in methods:
                     jobs.append((name, optimizer, 1, seed, "one", 0, 0, args.epochs, sparsity,
-                                 args.interleave, lr_scale))
+                                 args.interleave, lr_scale, args.worker_batch))
                 for workers in (int(w) for w in args.workers.split(",")):
                     jobs += [(name, optimizer, workers, seed, m, args.delay, args.jitter, args.epochs,
-                              sparsity, args.interleave, lr_scale) for m in methods if m != "one"]
+                              sparsity, args.interleave, lr_scale, args.worker_batch)
+                             for m in methods if m != "one"]
     started = time.perf_counter()
     results = []
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:

@@ -44,9 +44,10 @@ def _spark(master: str, workers: int) -> Any:
 
 
 def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
-               per_node: int = 1, optimizer: str = "adam") -> dict[str, Any]:
+               per_node: int = 1, optimizer: str = "adam", worker_batch: int = 0) -> dict[str, Any]:
     """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
-    trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks)."""
+    trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks), each on
+    minibatches of ``worker_batch`` rows (0: the task's own)."""
     import numpy as np
     import torch
     from psrv.encoding import dl4j_threshold
@@ -63,7 +64,8 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
     settings = {"default": {}, "given": {"scale_momentum": False},
                 "dl4j": {"threshold_algorithm": dl4j_threshold(), "step_from": "shared",
                          "scale_momentum": False}}
-    master = SharedTrainingMaster(batch_size_per_worker=task.batch_size, num_workers=tasks,
+    batch = worker_batch or task.batch_size
+    master = SharedTrainingMaster(batch_size_per_worker=batch, num_workers=tasks,
                                   workers_per_node=per_node, progress=False, **settings[way])
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
@@ -73,7 +75,7 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
 
     started = time.perf_counter()
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=task.input_shape,
-                           epochs=task.epochs, seed=seed, batch_size=task.batch_size,
+                           epochs=task.epochs, seed=seed, batch_size=batch,
                            optimizer=_optimizer(optimizer),
                            training_master=master, callbacks=[keep_epoch]).fit(frame)
     seconds = time.perf_counter() - started
@@ -105,12 +107,14 @@ def _optimizer(name: str) -> Any:
 
 
 def _harness(task_name: str, seed: int, workers: int, method: str,
-             optimizer: str = "adam") -> dict[str, Any]:
-    """bench_quality's run of ``method`` ("one" or a way's HARNESS_METHOD), in this process."""
+             optimizer: str = "adam", worker_batch: int = 0) -> dict[str, Any]:
+    """bench_quality's run of ``method`` ("one" or a way's HARNESS_METHOD), in this process; every
+    method but one process on minibatches of ``worker_batch`` rows per worker (0: the task's own)."""
     import bench_quality
 
     workers = 1 if method == "one" else workers
-    run = bench_quality._run((task_name, optimizer, workers, seed, method, 0, 0, 0))
+    run = bench_quality._run((task_name, optimizer, workers, seed, method, 0, 0, 0, 0, False, 0.0,
+                              worker_batch))
     if method == "one":
         return {"accuracy": run["accuracy"], "bytes": 0, "dense": 1, "steps": run["steps"]}
     return {"accuracy": run["accuracy"], "bytes": run["bytes"],
@@ -136,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-per-node", type=int, default=1,
                         help="Spark: trainers in each task (SharedTrainingMaster(workers_per_node=)), so "
                         "--workers / this many tasks; the harness still simulates --workers workers")
+    parser.add_argument("--worker-batch", type=int, default=0, metavar="B",
+                        help="every way but one process trains on minibatches of B rows per worker "
+                        "(default: the task's own, 32), as bench_quality.py's --worker-batch; one "
+                        "process keeps the task's batch")
     parser.add_argument("--master", default=None,
                         help="Spark master (default local-cluster[T,1,1024], T = the tasks)")
     parser.add_argument("--save", default=None, help="also write every run to this JSON file")
@@ -156,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ways = [w for w in args.ways.split(",") if w]
     if not ways or set(ways) - set(WAYS):
         parser.error(f"--ways: expected some of {', '.join(WAYS)}, got {args.ways!r}")
-    if args.workers < 1 or args.seeds < 1 or args.first_seed < 0:
-        parser.error("--workers and --seeds must be >= 1, --first-seed >= 0")
+    if args.workers < 1 or args.seeds < 1 or args.first_seed < 0 or args.worker_batch < 0:
+        parser.error("--workers and --seeds must be >= 1, --first-seed and --worker-batch >= 0")
     per_node = args.workers_per_node
     if per_node < 1 or args.workers % per_node:
         parser.error(f"--workers-per-node must divide --workers ({args.workers}), got {per_node}")
@@ -170,16 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 task = task_module.make(name, seed)
-                run = {"task": name, "optimizer": args.optimizer, "seed": seed}
+                run = {"task": name, "optimizer": args.optimizer, "seed": seed,
+                       "worker_batch": args.worker_batch}
                 for method in ("one", *ways):
                     runs.append({**run, "way": "harness", "method": method,
                                  **_harness(name, seed, args.workers, HARNESS_METHOD.get(method, method),
-                                            args.optimizer)})
+                                            args.optimizer, args.worker_batch)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
                 for way in ways:
                     runs.append({**run, "way": "spark", "method": way,
                                  **_spark_fit(spark, task, seed, args.workers, way, per_node,
-                                              args.optimizer)})
+                                              args.optimizer, args.worker_batch)})
                     print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:
         spark.stop()
@@ -200,11 +209,13 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
     """One row per task and method: accuracy per seed, median, points against one process (the
     difference of the medians, and seed by seed: the median of each seed's difference from its own
     one-process run, on the same data set and initial weights), steps, bytes. A task run with SGD or
-    RMSprop is named apart ("cnn, sgd"), so runs loaded together are compared only with their like.
+    RMSprop, or on another batch per worker, is named apart ("cnn, sgd", "cnn, batch 8 per worker"), so
+    runs loaded together are compared only with their like.
     The default's rows are checked against the aims bench_quality.py checks (within 1 point of one
     process at 2 and 4 workers and 2 at 8, in both columns; at most 1/100 of a dense exchange's bytes)."""
     runs = [{**r, "task": r["task"] + (f", {r['optimizer']}" if r.get("optimizer") in ("sgd", "rmsprop")
-                                       else "")} for r in runs]
+                                       else "")
+             + (f", batch {r['worker_batch']} per worker" if r.get("worker_batch") else "")} for r in runs]
     lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
              "steps, all workers | bytes / dense | aims |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["task"] for r in runs):

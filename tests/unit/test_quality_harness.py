@@ -220,6 +220,9 @@ def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
     assert bench_quality_spark.table(dense, 8).splitlines()[3].endswith("| missed: bytes |")
     rmsprop = [{**r, "optimizer": "rmsprop"} for r in runs if r["optimizer"] == "sgd"]
     assert bench_quality_spark.table(rmsprop, 2).splitlines()[2].startswith("| cnn, rmsprop |")
+    split = [{**r, "worker_batch": 8} for r in runs if r["optimizer"] == "adam"]
+    assert [line.split(" | ")[0] for line in bench_quality_spark.table(runs + split, 4).splitlines()[2:]] == \
+        ["| cnn"] * 2 + ["| cnn, sgd"] * 2 + ["| cnn, batch 8 per worker"] * 2
 
 
 def test_every_method_sees_the_same_minibatches() -> None:
@@ -231,6 +234,31 @@ def test_every_method_sees_the_same_minibatches() -> None:
     for (x1, y1), (x2, y2) in zip(flat, one, strict=False):
         np.testing.assert_array_equal(x1, x2)
         np.testing.assert_array_equal(y1, y2)
+
+
+def test_workers_splitting_one_process_batch_average_to_one_process_exactly() -> None:
+    """At N workers on minibatches of b / N rows, a round covers one process's minibatch of b rows: the
+    same rows in the same order, so synchronous averaging is one process (to rounding)."""
+    task = tasks.make("tiny", epochs=2)
+    one = harness.one_process(task, harness.Setting(optimizer="adam", workers=1), dtype=F64)
+    split = tasks.make("tiny", epochs=2, batch_size=task.batch_size // 4)
+    sync = harness.synchronous(split, harness.Setting(optimizer="adam", workers=4), dtype=F64)
+    assert sync.steps == one.steps
+    np.testing.assert_allclose(sync.params, one.params, rtol=1e-10, atol=1e-12)
+
+
+def test_the_worker_batch_leaves_one_process_on_the_task_batch_and_names_its_rows() -> None:
+    """``--worker-batch`` changes every method's minibatches but one process's, and the table groups
+    those runs under their own name, beside their one process."""
+    runs = {m: bench_quality._run(("tiny", "adam", 4, 0, m, 0, 0, 0, 0.0, False, 0.0, 2))
+            for m in ("one", "sync", "default")}
+    plain_one = bench_quality._run(("tiny", "adam", 1, 0, "one", 0, 0, 0))
+    assert runs["one"]["steps"] == plain_one["steps"] == runs["sync"]["steps"] == runs["default"]["steps"]
+    assert runs["one"]["curve"] == plain_one["curve"]
+    assert runs["default"]["gap"] < 1e-6  # the replicas drain to the master copy
+    rows = bench_quality.table(list(runs.values()), 0.97)[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| tiny, batch 2 per worker"] * 3
+    assert rows[1].split(" | ")[5] == "+0.0"  # synchronous averaging over the split batch: one process
 
 
 def test_bench_quality_help() -> None:
