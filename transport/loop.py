@@ -164,7 +164,7 @@ class Loop:
         if not self._ready.wait(timeout_s) and self._error is None:
             self._stop_requested.set()
             self._wake()
-            self._thread.join(5.0)
+            self._join_or_warn(self.stop_timeout_s(), "start timed out")
             raise (timeout_error(timeout_s) if timeout_error is not None
                    else NotRunningError(f"{self.role} did not become ready within {timeout_s:.1f} s"))
         if self._error is not None:
@@ -185,12 +185,16 @@ class Loop:
             return
         self._stop_requested.set()
         self._wake()
-        wait_s = timeout_s if timeout_s is not None else self.stop_timeout_s()
+        self._join_or_warn(timeout_s if timeout_s is not None else self.stop_timeout_s(), "stop")
+
+    def _join_or_warn(self, wait_s: float, after: str) -> None:
+        """Wait for the I/O thread to end; say so if it outlives the wait (see ``stop``)."""
+        assert self._thread is not None
         self._thread.join(wait_s)
         if self._thread.is_alive():
-            self.log.warning("%s %s: the I/O thread was still closing its sockets %.1f s after stop; "
+            self.log.warning("%s %s: the I/O thread was still closing its sockets %.1f s after %s; "
                              "a larger timeout_s (or a shorter linger_s) lets it finish",
-                             self.role, self.address, wait_s)
+                             self.role, self.address, wait_s, after)
 
     def stop_timeout_s(self) -> float:
         """How long ``stop`` waits by default: queued frames get ``linger_s`` to reach their sockets and

@@ -10,7 +10,7 @@ import pytest
 import zmq
 from psrv.transport.codec import encode_frames
 from psrv.transport.config import TransportConfig
-from psrv.transport.errors import FrameRejectedError, TransportError
+from psrv.transport.errors import FrameRejectedError, NotRunningError, TransportError
 from psrv.transport.events import (
     ChunkArrived,
     Connect,
@@ -333,3 +333,22 @@ def test_stop_says_so_when_the_io_thread_outlives_its_wait(caplog) -> None:
         quick.stop()
     assert not quick.running and "still closing" not in caplog.text
     assert quick.stop_timeout_s() == pytest.approx(2 * 0.2 + 5.0)
+
+
+def test_a_start_that_times_out_waits_for_its_io_thread_and_says_so_when_it_outlives_the_wait(caplog) -> None:
+    """A loop that never becomes ready is stopped before ``start`` raises; the wait for its thread is
+    ``stop_timeout_s()`` (it was a fixed 5 s, whatever the linger), and an outliving thread is logged."""
+    machine = Scripted(Started=lambda e: [], Stopping=lambda e: time.sleep(1.0) or [])
+    loop = Loop(cfg(), machine, role="test")
+    loop.stop_timeout_s = lambda: 0.1
+    with caplog.at_level("WARNING", logger="psrv.transport.test"), pytest.raises(NotRunningError):
+        loop.start(timeout_s=0.2)
+    assert any("still closing" in r.getMessage() and "start timed out" in r.getMessage()
+               for r in caplog.records), caplog.text
+    assert loop.wait(10.0)
+    caplog.clear()
+    slow = Scripted(Started=lambda e: [], Stopping=lambda e: time.sleep(0.5) or [])
+    patient = Loop(cfg(), slow, role="test")
+    with caplog.at_level("WARNING", logger="psrv.transport.test"), pytest.raises(NotRunningError):
+        patient.start(timeout_s=0.2)
+    assert not patient.running and "still closing" not in caplog.text  # ended within stop_timeout_s()
