@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default", "gradients", "gradlin")
+           "default", "gradients", "gradlin", "local2", "local4", "local8")
 #: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
 DEFAULT_SPARSITY = 0.03
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
@@ -68,7 +68,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "quant3": "sharing, quantile τ at 3 %, steps from own point",
           "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
-          "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers"}
+          "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
+          **{f"local{k}": f"sharing, default, {k} local steps a message" for k in (2, 4, 8)}}
 #: a method ``sync@K``: synchronous averaging at K times the optimizer's learning rate
 SYNC_AT = "sync@"
 
@@ -154,7 +155,11 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                              lambda: ResidualClipping(5, 5), own_point=True,
                                              scale_momentum=True),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
-                                              own_point=True)}[method]
+                                              own_point=True),
+                  **{f"local{k}": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
+                                                  lambda: ResidualClipping(5, 5), own_point=True,
+                                                  scale_momentum=True, local_steps=k)
+                     for k in (2, 4, 8)}}[method]
         config.delay, config.jitter, config.interleave = delay, jitter, interleave
         result = harness.sharing(task, setting, config, label(method))
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,

@@ -94,6 +94,9 @@ class Sharing:
     # the workers of a round step one after the other, each after what the workers before it in the
     # round sent has arrived (with delay 0); else every worker of a round steps from the same point
     interleave: bool = False
+    # optimizer steps per message: a worker splits its minibatch into this many pieces, steps on each in
+    # turn from where the last left it, and encodes the sum of the steps as one message
+    local_steps: int = 1
 
 
 @dataclass
@@ -363,7 +366,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 _deliver(net.params if shared is None else shared[w], pending[w], r - 1, config.codec)
             if shared is not None:
                 np.add(shared[w], encoder.residual, out=net.params)
-            update, _ = net.compute_update(x.astype(np_dtype), _onehot(y, task.classes, np_dtype))
+            update = _worker_step(net, x.astype(np_dtype), _onehot(y, task.classes, np_dtype),
+                                  config.local_steps)
             if config.codec == "exact":
                 message: Any = update.copy()
                 _apply(net.params, message, config.codec)
@@ -413,6 +417,21 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                   bytes_unpacked=unpacked, bitmaps_after3=bitmaps, replica_gap=gap,
                   params=nets[0].params.copy(), residuals=[encoder.residual.copy() for encoder in encoders],
                   **_sent_bytes(sent, setting.workers, size * np_dtype.itemsize))
+
+
+def _worker_step(net: TorchNetwork, x: np.ndarray, y: np.ndarray, pieces: int) -> np.ndarray:
+    """A worker's update on its minibatch: one optimizer step, or ``pieces`` steps on the minibatch's
+    pieces in turn (each from where the last left the worker's point) summed; the point is restored."""
+    if pieces <= 1:
+        return net.compute_update(x, y)[0]
+    start = net.params.copy()
+    total = np.zeros_like(start)
+    for xp, yp in zip(np.array_split(x, pieces), np.array_split(y, pieces), strict=True):
+        step, _ = net.compute_update(xp, yp)
+        total += step
+        net.apply_update(step)
+    net.set_params(start)
+    return total
 
 
 def flush_threshold(residual: np.ndarray, sample: int = 65536) -> float | None:

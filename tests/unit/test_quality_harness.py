@@ -261,6 +261,32 @@ def test_the_worker_batch_leaves_one_process_on_the_task_batch_and_names_its_row
     assert rows[1].split(" | ")[5] == "+0.0"  # synchronous averaging over the split batch: one process
 
 
+def test_local_steps_of_one_worker_without_quantization_are_the_plain_optimizer_over_the_pieces() -> None:
+    """K local steps a message: the worker steps on each piece of its minibatch in turn and sends the
+    sum, so one worker with the exact codec is the plain optimizer over the pieces (to rounding: the
+    sum is added at once)."""
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer="adam", workers=1)
+    shared = harness.sharing(task, setting, harness.Sharing(codec="exact", local_steps=4), dtype=F64)
+    pieces = tasks.make("tiny", epochs=2, batch_size=task.batch_size // 4)
+    plain = _plain_loop(pieces, setting)
+    np.testing.assert_allclose(shared.params, plain, rtol=1e-10, atol=1e-12)
+    assert shared.steps * 4 == harness.one_process(pieces, setting, dtype=F64).steps
+    assert not np.allclose(shared.params, _plain_loop(task, setting))  # not one step on the whole
+
+
+def test_local_steps_keep_every_replica_on_the_master_copy() -> None:
+    task = tasks.make("tiny", epochs=2)
+    setting = harness.Setting(optimizer="adam", workers=3)
+    config = harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1, own_point=True, scale_momentum=True,
+                             local_steps=2)
+    result = harness.sharing(task, setting, config, dtype=F64)
+    assert result.replica_gap < 1e-12
+    one_step = harness.sharing(task, setting, harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1,
+                                                              own_point=True, scale_momentum=True), dtype=F64)
+    assert not np.array_equal(result.params, one_step.params)
+
+
 def test_bench_quality_help() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_quality.py"), "--help"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
