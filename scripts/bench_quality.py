@@ -35,6 +35,7 @@ equal epochs, over a grid of learning rates).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -48,7 +49,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default", "gradients", "gradlin", "local2", "local4", "local8")
+           "default", "gradients", "gradlin")
+#: the default with K optimizer steps a message: methods "local2", "local4", "local8"
+LOCAL_STEPS = (2, 4, 8)
+METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
 #: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
 DEFAULT_SPARSITY = 0.03
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
@@ -69,7 +73,7 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
-          **{f"local{k}": f"sharing, default, {k} local steps a message" for k in (2, 4, 8)}}
+          **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS}}
 #: a method ``sync@K``: synchronous averaging at K times the optimizer's learning rate
 SYNC_AT = "sync@"
 
@@ -129,6 +133,8 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                     lambda: ResidualClipping(5, 5))
         result = harness.compressed_gradients(task, setting, gradients, label(method))
     else:
+        default = harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
+                                  lambda: ResidualClipping(5, 5), own_point=True, scale_momentum=True)
         config = {"dl4j": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5)),
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),
                   "warmup": harness.Sharing(lambda: SampledQuantileThreshold(warmup=WARMUP),
@@ -151,15 +157,10 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                              scale_momentum=True),
                   "quant3": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
                                             lambda: ResidualClipping(5, 5), own_point=True),
-                  "default": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
-                                             lambda: ResidualClipping(5, 5), own_point=True,
-                                             scale_momentum=True),
+                  "default": default,
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True),
-                  **{f"local{k}": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
-                                                  lambda: ResidualClipping(5, 5), own_point=True,
-                                                  scale_momentum=True, local_steps=k)
-                     for k in (2, 4, 8)}}[method]
+                  **{f"local{k}": dataclasses.replace(default, local_steps=k) for k in LOCAL_STEPS}}[method]
         config.delay, config.jitter, config.interleave = delay, jitter, interleave
         result = harness.sharing(task, setting, config, label(method))
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,
