@@ -322,6 +322,34 @@ class TorchNetwork(_inputs.TrainingCounters):
         with computing_on_step_buffer(self._buffers):
             return self._gradient(xs, ys, masks, features_mask)
 
+    def _local_steps(self, xs: list[np.ndarray], ys: list[np.ndarray], masks: list[Any], features_mask: Any,
+                     load: Any, from_loaded: bool, pieces: int) -> tuple[float, bool]:
+        """The gradient of the step about to be taken: (loss, whether the step buffer is loaded).
+
+        With ``pieces`` > 1 the minibatch's rows are split into that many pieces (as ``np.array_split``
+        does; at most one a row) and the optimizer steps the step buffer on all but the last in turn, each
+        piece's gradient taken where the steps before it left the buffer; the caller's step is then the
+        last piece's, so after - before is the sum of the pieces' steps. The loss is the pieces' mean,
+        weighted by their rows. The live parameters are never written."""
+        rows = int(xs[0].shape[0])
+        pieces = max(1, min(int(pieces), rows))
+        if pieces == 1:
+            return self._gradient_from(xs, ys, masks, features_mask, load, from_loaded), from_loaded
+        load_step_buffer(self._buffers, load)  # the live parameters, or what ``load`` puts there
+        sizes = [rows // pieces + (1 if k < rows % pieces else 0) for k in range(pieces)]  # np.array_split's
+        bounds = np.cumsum([0, *sizes])
+        total = 0.0
+        with computing_on_step_buffer(self._buffers):
+            for k, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+                part = slice(int(start), int(stop))
+                loss = self._gradient([x[part] for x in xs], [y[part] for y in ys],
+                                      [None if m is None else m[part] for m in masks],
+                                      _rows_of(features_mask, part))
+                total += loss * (int(stop) - int(start))
+                if k < pieces - 1:
+                    self.optimizer.step()  # the step buffer moves; the last piece's step is the caller's
+        return total / rows, True
+
     def compute_gradient(self, features: Any, labels: Any, mask: Any = None,
                          features_mask: Any = None) -> tuple[np.ndarray, float]:
         x, y, m = self._prepare(features, labels, mask)
@@ -329,28 +357,32 @@ class TorchNetwork(_inputs.TrainingCounters):
         return self._flat_grad.cpu().numpy().copy(), loss
 
     def compute_update(self, features: Any, labels: Any, mask: Any = None,
-                       features_mask: Any = None) -> tuple[np.ndarray, float]:
+                       features_mask: Any = None, local_steps: int = 1) -> tuple[np.ndarray, float]:
         """Forward, backward, optimizer.step(); returns (step to ADD, loss). Never writes ``params``.
 
         The step is a NumPy array: on the CPU without a copy, on another device a host copy (use
-        ``compute_update_tensor`` to keep it on the device).
+        ``compute_update_tensor`` to keep it on the device). ``local_steps=K`` takes K optimizer steps on
+        K pieces of the minibatch in turn, each from where the last left the step buffer, and returns
+        their sum (``SharedTrainingMaster(local_steps=)``: several steps a message).
         """
-        update, loss = self.compute_update_tensor(features, labels, mask, features_mask)
+        update, loss = self.compute_update_tensor(features, labels, mask, features_mask,
+                                                  local_steps=local_steps)
         return update.numpy() if self.on_host else update.cpu().numpy(), loss
 
     def compute_update_tensor(self, features: Any, labels: Any, mask: Any = None, features_mask: Any = None,
-                              load: Any = None, from_loaded: bool = False) -> tuple[Any, float]:
+                              load: Any = None, from_loaded: bool = False,
+                              local_steps: int = 1) -> tuple[Any, float]:
         """As ``compute_update``, the step as a tensor on the network's device (no host copy).
 
         The optimizer steps the step buffer, loaded first with one read of the live parameters (which
         the node's I/O thread may be changing: the step is then taken from a slightly older point, as
         in any asynchronous SGD, but every update decoded meanwhile stays in ``params``). With
         ``from_loaded`` the buffers are loaded first by ``load`` (as in ``compute_update_pair``) and the
-        forward and backward pass run at what it put there.
+        forward and backward pass run at what it put there. ``local_steps`` as in ``compute_update``.
         """
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient_from(x, y, m, features_mask, load, from_loaded)
-        if from_loaded:
+        loss, loaded = self._local_steps(x, y, m, features_mask, load, from_loaded, local_steps)
+        if loaded:
             after, before, _ = step_before_after(self._buffers, self.optimizer, loaded=True)
             update = after - before
         else:
@@ -360,17 +392,18 @@ class TorchNetwork(_inputs.TrainingCounters):
         return update, loss
 
     def compute_update_pair(self, features: Any, labels: Any, mask: Any = None, features_mask: Any = None,
-                            load: Any = None,
-                            from_loaded: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+                            load: Any = None, from_loaded: bool = False,
+                            local_steps: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
         """On the CPU, ``compute_update`` with the step given as (parameters after, before) (views valid
         until the next step), so an encoder adds the difference inside its own pass; ``load`` as in
         ``torch_flat.load_step_buffer``. With ``from_loaded`` the buffers are loaded first and the forward
         and backward pass run at what ``load`` put there (e.g. the live parameters plus the worker's own
         residual), not at the live parameters; ``before`` is then that point. ``params`` is never
-        written either way."""
+        written either way. ``local_steps`` as in ``compute_update``: ``after`` is where the last of them
+        left the step buffer."""
         x, y, m = self._prepare(features, labels, mask)
-        loss = self._gradient_from(x, y, m, features_mask, load, from_loaded)
-        after, before, _ = step_before_after(self._buffers, self.optimizer, load=load, loaded=from_loaded)
+        loss, loaded = self._local_steps(x, y, m, features_mask, load, from_loaded, local_steps)
+        after, before, _ = step_before_after(self._buffers, self.optimizer, load=load, loaded=loaded)
         self._iteration += 1
         self.last_loss = loss
         return after.numpy(), before.numpy(), loss
@@ -504,6 +537,16 @@ class TorchNetwork(_inputs.TrainingCounters):
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         # pickling goes through the file form, so the copy re-binds its own flat buffer
         return (TorchNetwork.from_bytes, (self.to_bytes(),))
+
+
+def _rows_of(features_mask: Any, rows: slice) -> Any:
+    """The rows ``rows`` of a features mask as ``compute_update`` takes it (None, an array, or a list of
+    them, one per input)."""
+    if features_mask is None:
+        return None
+    if isinstance(features_mask, (list, tuple)):
+        return [None if m is None else m[rows] for m in features_mask]
+    return features_mask[rows]
 
 
 def _is_tensor(value: Any) -> bool:

@@ -8,7 +8,10 @@ optimizer and epochs, trained three ways in one run:
 * a real ``TorchEstimator`` fit on Spark (``local-cluster[W,1,1024]`` by default: W executor processes,
   a controller on the driver, real ZeroMQ sockets), with each of the two;
 * with ``--ways default,dl4j,given``, also psrv's defaults with the optimizer as given
-  (``scale_momentum=False``), in the harness and on Spark.
+  (``scale_momentum=False``), in the harness and on Spark;
+* with ``--local-steps 1,2``, the default way at each of these optimizer steps a message (on Spark
+  ``SharedTrainingMaster(local_steps=K)``, in the harness the ``localK`` method); one process stays
+  the reference.
 
 Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
 its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
@@ -29,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import aims_verdict, seed_by_seed  # noqa: E402  (scripts/ is not a package)
+from bench_quality import LOCAL_STEPS, aims_verdict, seed_by_seed  # noqa: E402  (scripts/ is not a package)
 
 #: the ways a fit can share: psrv's defaults, DL4J's, and psrv's defaults with the optimizer as given
 WAYS = ("default", "dl4j", "given")
@@ -44,10 +47,11 @@ def _spark(master: str, workers: int) -> Any:
 
 
 def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
-               per_node: int = 1, optimizer: str = "adam", worker_batch: int = 0) -> dict[str, Any]:
+               per_node: int = 1, optimizer: str = "adam", worker_batch: int = 0,
+               local_steps: int = 1) -> dict[str, Any]:
     """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
     trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks), each on
-    minibatches of ``worker_batch`` rows (0: the task's own)."""
+    minibatches of ``worker_batch`` rows (0: the task's own), ``local_steps`` optimizer steps a message."""
     import numpy as np
     import torch
     from psrv.encoding import dl4j_threshold
@@ -66,7 +70,8 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
                          "scale_momentum": False}}
     batch = worker_batch or task.batch_size
     master = SharedTrainingMaster(batch_size_per_worker=batch, num_workers=tasks,
-                                  workers_per_node=per_node, progress=False, **settings[way])
+                                  workers_per_node=per_node, progress=False, local_steps=local_steps,
+                                  **settings[way])
     epochs: list[dict[str, Any]] = []  # last_fit is one epoch's: keep every epoch's
 
     def keep_epoch(epoch: int, metrics: dict[str, float]) -> bool:
@@ -88,6 +93,7 @@ def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
             "dense": sum(int(e["dense_bytes"]) for e in epochs),
             "steps": sum(int(e["steps"]) for e in epochs),
             "step_from": [e.get("step_from") for e in epochs],
+            "local_steps_used": [e.get("local_steps") for e in epochs],
             "momentum": [e.get("momentum") for e in epochs],
             "diverged": sum(int(e.get("replicas_diverged", 0)) for e in epochs)}
 
@@ -108,8 +114,8 @@ def _optimizer(name: str) -> Any:
 
 def _harness(task_name: str, seed: int, workers: int, method: str,
              optimizer: str = "adam", worker_batch: int = 0) -> dict[str, Any]:
-    """bench_quality's run of ``method`` ("one" or a way's HARNESS_METHOD), in this process; every
-    method but one process on minibatches of ``worker_batch`` rows per worker (0: the task's own)."""
+    """bench_quality's run of ``method`` ("one", a way's HARNESS_METHOD, or ``localK``), in this process;
+    every method but one process on minibatches of ``worker_batch`` rows per worker (0: the task's own)."""
     import bench_quality
 
     workers = 1 if method == "one" else workers
@@ -144,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="every way but one process trains on minibatches of B rows per worker "
                         "(default: the task's own, 32), as bench_quality.py's --worker-batch; one "
                         "process keeps the task's batch")
+    parser.add_argument("--local-steps", default="1", metavar="K[,K...]",
+                        help="comma-separated optimizer steps a message, each K a run of the default way: "
+                        "a worker splits each minibatch into K pieces and steps on each (on Spark "
+                        "SharedTrainingMaster(local_steps=K), in the harness bench_quality.py's localK; K of "
+                        "1, 2, 4, 8); default 1. K > 1 only with --ways default")
     parser.add_argument("--master", default=None,
                         help="Spark master (default local-cluster[T,1,1024], T = the tasks)")
     parser.add_argument("--save", default=None, help="also write every run to this JSON file")
@@ -166,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ways: expected some of {', '.join(WAYS)}, got {args.ways!r}")
     if args.workers < 1 or args.seeds < 1 or args.first_seed < 0 or args.worker_batch < 0:
         parser.error("--workers and --seeds must be >= 1, --first-seed and --worker-batch >= 0")
+    try:
+        local_steps = [int(k) for k in args.local_steps.split(",") if k]
+    except ValueError:
+        local_steps = []
+    if not local_steps or set(local_steps) - {1, *LOCAL_STEPS} \
+            or (local_steps != [1] and ways != ["default"]):
+        parser.error(f"--local-steps: expected some of 1, {', '.join(str(k) for k in LOCAL_STEPS)} (the "
+                     f"harness's localK; K > 1 with --ways default), got {args.local_steps!r} with --ways "
+                     f"{args.ways}")
     per_node = args.workers_per_node
     if per_node < 1 or args.workers % per_node:
         parser.error(f"--workers-per-node must divide --workers ({args.workers}), got {per_node}")
@@ -180,16 +200,21 @@ def main(argv: list[str] | None = None) -> int:
                 task = task_module.make(name, seed)
                 run = {"task": name, "optimizer": args.optimizer, "seed": seed,
                        "worker_batch": args.worker_batch}
-                for method in ("one", *ways):
-                    runs.append({**run, "way": "harness", "method": method,
-                                 **_harness(name, seed, args.workers, HARNESS_METHOD.get(method, method),
-                                            args.optimizer, args.worker_batch)})
-                    print(f"# {runs[-1]}", file=sys.stderr, flush=True)
-                for way in ways:
-                    runs.append({**run, "way": "spark", "method": way,
-                                 **_spark_fit(spark, task, seed, args.workers, way, per_node,
-                                              args.optimizer, args.worker_batch)})
-                    print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+                runs.append({**run, "way": "harness", "method": "one", "local_steps": 1,
+                             **_harness(name, seed, args.workers, "one", args.optimizer, args.worker_batch)})
+                print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+                for steps in local_steps:
+                    for way in ways:
+                        method = f"local{steps}" if steps > 1 else HARNESS_METHOD[way]
+                        runs.append({**run, "way": "harness", "method": way, "local_steps": steps,
+                                     **_harness(name, seed, args.workers, method, args.optimizer,
+                                                args.worker_batch)})
+                        print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+                    for way in ways:
+                        runs.append({**run, "way": "spark", "method": way, "local_steps": steps,
+                                     **_spark_fit(spark, task, seed, args.workers, way, per_node,
+                                                  args.optimizer, args.worker_batch, steps)})
+                        print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:
         spark.stop()
     if args.save:
@@ -208,23 +233,34 @@ LABELS = {("harness", "one"): "one process", ("harness", "default"): "harness, d
 def table(runs: list[dict[str, Any]], workers: int) -> str:
     """One row per task and method: accuracy per seed, median, points against one process (the
     difference of the medians, and seed by seed: the median of each seed's difference from its own
-    one-process run, on the same data set and initial weights), steps, bytes. A task run with SGD or
-    RMSprop, or on another batch per worker, is named apart ("cnn, sgd", "cnn, batch 8 per worker"), so
-    runs loaded together are compared only with their like.
+    one-process run, on the same data set and initial weights), steps, bytes, and the median seconds of a
+    Spark fit. A task run with SGD or RMSprop, or on another batch per worker, is named apart ("cnn, sgd",
+    "cnn, batch 8 per worker"), so runs loaded together are compared only with their like; runs with
+    several optimizer steps a message are rows of their own under the same name ("Spark, default, 2
+    local steps"), against the same one process.
     The default's rows are checked against the aims bench_quality.py checks (within 1 point of one
     process at 2 and 4 workers and 2 at 8, in both columns; at most 1/100 of a dense exchange's bytes)."""
     runs = [{**r, "task": r["task"] + (f", {r['optimizer']}" if r.get("optimizer") in ("sgd", "rmsprop")
                                        else "")
              + (f", batch {r['worker_batch']} per worker" if r.get("worker_batch") else "")} for r in runs]
     lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
-             "steps, all workers | bytes / dense | aims |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "steps, all workers | bytes / dense | Spark seconds | aims |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    def k_of(run: dict[str, Any]) -> int:  # one process takes one step a minibatch, whatever a run says
+        return 1 if run["method"] == "one" else int(run.get("local_steps", 1))
+
+    every_k = sorted({k_of(r) for r in runs})
     for name in dict.fromkeys(r["task"] for r in runs):
         ones = {r["seed"]: r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one"}
         one = statistics.median(ones.values())
-        for key, label in LABELS.items():
-            group = [r for r in runs if r["task"] == name and (r["way"], r["method"]) == key]
+        for (key, label), k in ((item, k) for item in LABELS.items() for k in every_k):
+            group = [r for r in runs if r["task"] == name and (r["way"], r["method"]) == key
+                     and k_of(r) == k]
             if not group:
                 continue
+            label = label + (f", {k} local steps" if k > 1 else "")
+            seconds = f"{statistics.median(r['seconds'] for r in group):.1f}" \
+                if all("seconds" in r for r in group) else "-"
             accs = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]
             middle = statistics.median(accs)
             paired = seed_by_seed([(r["seed"], r["accuracy"]) for r in group], ones)
@@ -236,7 +272,8 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
                 if key[1] == "default" else "-"
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "
                          f"{', '.join(f'{a:.3f}' for a in accs)} | {middle:.3f} | "
-                         f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} | {aims} |")
+                         f"{100 * (middle - one):+.1f} | {paired} | {steps:.0f} | {share} | {seconds} | "
+                         f"{aims} |")
     return "\n".join(lines)
 
 

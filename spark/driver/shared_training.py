@@ -38,7 +38,12 @@ from psrv.spark.driver.job_errors import fatal_error
 from psrv.spark.driver.live_controller import LiveController, start_controller
 from psrv.spark.driver.master import driver_event, epoch_input
 from psrv.spark.driver.partitioning import parse_repartition, repartition_rdd
-from psrv.spark.driver.stepping import check_scale_momentum, check_step_from, momentum_workers
+from psrv.spark.driver.stepping import (
+    check_local_steps,
+    check_scale_momentum,
+    check_step_from,
+    momentum_workers,
+)
 from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
     ControllerUnreachableError,
@@ -100,6 +105,15 @@ class SharedTrainingMaster:
     ``threshold_algorithm=dl4j_threshold(), step_from="shared", scale_momentum=False``. The driver's
     network is never changed; ``last_fit["momentum"]`` says what the workers used.
 
+    ``local_steps=K`` (default 1) has each worker split every minibatch into K pieces, take K optimizer
+    steps on them in turn (each from where the last left its point) and send their sum as one message:
+    the bytes of one message a minibatch, the steps of minibatches K times smaller. With N workers each
+    worker takes 1/N of one process's steps per epoch; K local steps give K times as many, at K forward,
+    backward and optimizer passes of a piece where the default takes one of the whole minibatch (README's
+    "Several optimizer steps a message"). It needs a ``TorchNetwork``; another network takes one step and
+    its task says so in its log (``last_fit["local_steps"]`` counts the tasks of each kind). Progress
+    and ``network.iteration`` count minibatches (messages); the optimizer's own step count grows by K.
+
     ``workers_per_node=N`` trains N local workers in each task (one per GPU it holds, else threads)
     behind its one mesh member: their steps are summed before one message goes on the wire
     (psrv.spark.task.local_workers; README's "Several workers per node").
@@ -125,6 +139,7 @@ class SharedTrainingMaster:
         storage_level: Any = DEFAULT_STORAGE_LEVEL,
         step_from: str = "own",
         scale_momentum: bool = True,
+        local_steps: int = 1,
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
@@ -155,6 +170,7 @@ class SharedTrainingMaster:
         self._crowding = CrowdingWarnings(LOCAL_WORKERS_FIX)  # more tasks on a host than cores: said once
         self.step_from = check_step_from(step_from)
         self.scale_momentum = check_scale_momentum(scale_momentum)
+        self.local_steps = check_local_steps(local_steps)
         self.training_stats: list[dict[str, Any]] = []
         self.last_score: float | None = None
         self.last_fit: dict[str, Any] = {}
@@ -266,6 +282,7 @@ class SharedTrainingMaster:
             step_from=self.step_from,
             momentum_workers=momentum_workers(self.scale_momentum, data.getNumPartitions(),
                                               int(spark_context.defaultParallelism), self.workers_per_node),
+            local_steps=self.local_steps,
         )
         broadcast = spark_context.broadcast(setup)
         self._crowding.before_job(str(spark_context.master),  # the tasks that can run at once
@@ -404,6 +421,7 @@ class SharedTrainingMaster:
             "threshold": float(self.threshold_algorithm.threshold),
             "step_from": dict(Counter(r.step_from for r in results)),
             "momentum_workers": setup.momentum_workers,
+            "local_steps": dict(Counter(r.local_steps for r in results)),
             "momentum": next((r.momentum for r in results if r.momentum), []),
             "hosts": hosts_of(results),
             **_replica_summary(results),

@@ -1,4 +1,5 @@
-"""How the workers of a gradient-sharing fit step: where a step starts and their momentum.
+"""How the workers of a gradient-sharing fit step: where a step starts, their momentum, and how
+many optimizer steps a message carries.
 
 Checked on the driver when the master is built (a wrong value fails before any Spark job), and what the
 driver tells the tasks about it.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from psrv.spark.errors import SparkConfigError
 
 #: where a worker's step starts: its replica plus its own residual, or its replica alone (DL4J's)
@@ -33,6 +35,16 @@ def check_scale_momentum(value: Any) -> bool:
     return value
 
 
+def check_local_steps(value: Any) -> int:
+    """``local_steps`` as a whole number >= 1, or a clear error (on the driver, before any Spark job)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise SparkConfigError(
+            f"local_steps: expected a whole number >= 1 of optimizer steps a message, got {value!r}; 1 (the "
+            "default) takes one step on each minibatch, K splits each minibatch into K pieces and sends the "
+            "sum of K steps as one message (more compute, the same bytes)")
+    return int(value)
+
+
 def momentum_workers(scale: bool, partitions: int, parallelism: int, workers_per_node: int) -> int:
     """The power each worker's momentum is raised to (psrv.nn.momentum): the workers whose steps land on
     every replica side by side, one per task Spark runs at once times the local workers behind each;
@@ -40,4 +52,4 @@ def momentum_workers(scale: bool, partitions: int, parallelism: int, workers_per
     return min(partitions, parallelism) * workers_per_node if scale else 1
 
 
-__all__ = ["STEP_FROM", "check_scale_momentum", "check_step_from", "momentum_workers"]
+__all__ = ["STEP_FROM", "check_local_steps", "check_scale_momentum", "check_step_from", "momentum_workers"]

@@ -164,7 +164,8 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
                 raise SparkConfigError(
                     f"workers_per_node={workers_per_node} is for the default training master; this estimator "
                     f"was given {type(self.training_master).__name__}: set workers_per_node on it instead")
-            for param, keyword in (("storageLevel", "storage_level"), ("scaleMomentum", "scale_momentum")):
+            for param, keyword in (("storageLevel", "storage_level"), ("scaleMomentum", "scale_momentum"),
+                                   ("localSteps", "local_steps")):
                 if self.isSet(param):
                     raise SparkConfigError(
                         f"{keyword}={self.getOrDefault(param)!r} is for the default training master; this "
@@ -179,7 +180,8 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         kept = {} if level is None else {"storage_level": None if level == "NONE" else level}
         return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")),
                                     workers_per_node=workers_per_node,
-                                    scale_momentum=bool(self.getOrDefault("scaleMomentum")), **kept)
+                                    scale_momentum=bool(self.getOrDefault("scaleMomentum")),
+                                    local_steps=int(self.getOrDefault("localSteps")), **kept)
 
     # -- fit ----------------------------------------------------------------------------------------
     def _fit(self, dataset: DataFrame) -> TorchModel:

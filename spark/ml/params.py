@@ -144,11 +144,15 @@ class EstimatorParams(ModelParams):
                            "step's size) to beta ** (workers sharing), so the shared model's momentum "
                            "forgets per minibatch as one process's does (False: the optimizer as given)",
                            TypeConverters.toBoolean)
+    localSteps = _param("localSteps", "optimizer steps a message for the default training master: each "
+                        "worker splits every minibatch into this many pieces, steps on each in turn and "
+                        "sends the sum once (the same bytes; more compute; 1: one step a minibatch)",
+                        _positive("localSteps"))
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", epochs=1, batchSize=32, resume=False, outputActivation="auto")
-        self._setDefault(workersPerNode=1, scaleMomentum=True)
+        self._setDefault(workersPerNode=1, scaleMomentum=True, localSteps=1)
 
 
 #: constructor keyword -> Param name
@@ -159,6 +163,7 @@ SNAKE_CASE = {
     "checkpoint_dir": "checkpointDir", "resume": "resume", "run_id": "runId",
     "controller_port": "controllerPort", "output_activation": "outputActivation", "output_kind": "outputKind",
     "workers_per_node": "workersPerNode", "storage_level": "storageLevel", "scale_momentum": "scaleMomentum",
+    "local_steps": "localSteps",
 }
 
 

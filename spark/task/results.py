@@ -29,6 +29,7 @@ class WorkerResult:
     buffers: dict[str, np.ndarray] | None = None  # the worker's final buffers (BatchNorm statistics)
     local_workers: int = 1  # trainers behind this task's one mesh member (workers_per_node)
     step_from: str = "shared"  # where its steps started: "own" (replica + its residual) or "shared"
+    local_steps: int = 1  # the optimizer steps it took a message
     momentum: list[tuple[str, float, float]] = field(default_factory=list)  # (name, given, used) per group
     host: str = ""  # where it ran, and the cores its process could use (the driver's crowding check)
     cores: int = 0

@@ -28,6 +28,7 @@ class WorkerSetup:
     workers_per_node: int = 1  # local workers behind the task's one node (spark.task.local_workers)
     step_from: str = "shared"  # "own": steps start at the replica plus the worker's residual (see the master)
     momentum_workers: int = 1  # each worker's momentum becomes the given one ** this (psrv.nn.momentum)
+    local_steps: int = 1  # optimizer steps a message, each on a piece of the minibatch (see the master)
 
 
 __all__ = ["WorkerSetup"]

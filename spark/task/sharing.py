@@ -8,6 +8,7 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -100,6 +101,7 @@ class SharingTask:
         self.counters: dict[str, Any] = {}
         self._join()
         self.step_from = self._step_from(getattr(setup, "step_from", "shared"))
+        self.local_steps = self._local_steps(int(getattr(setup, "local_steps", 1)))
         count = int(getattr(setup, "workers_per_node", 1))
         self.local = LocalWorkers(self.network, setup.payload, count, self.node.lock, on_device,
                                   task_gpus() if on_device else (),
@@ -133,6 +135,17 @@ class SharingTask:
         log.info("step_from='own' asked for; this task steps from its replica alone (%s has no step "
                  "buffer to step from)", type(self.network).__name__)
         return "shared"
+
+    def _local_steps(self, wanted: int) -> int:
+        """Optimizer steps a message: ``wanted`` where the network's step takes ``local_steps`` (a
+        ``TorchNetwork``), else 1, logged."""
+        if wanted <= 1:
+            return 1
+        if _takes_local_steps(self.network):
+            return wanted
+        log.info("local_steps=%d asked for; this task takes one optimizer step a message (%s's "
+                 "compute_update takes no local_steps)", wanted, type(self.network).__name__)
+        return 1
 
     def _residual(self) -> Any:
         """What this node has not sent yet (a host array, or a tensor on the device)."""
@@ -219,6 +232,8 @@ class SharingTask:
             compute = partial(_host_step_from_residual, network, residual=self.encoder.residual)
         elif pair:
             compute = partial(network.compute_update_pair, load=_load_on_host)
+        if self.local_steps > 1:
+            compute = partial(compute, local_steps=self.local_steps)
         try:
             *update, loss = compute(batch.features, batch.labels, batch.labels_mask,
                                     **step_arguments(compute, features_mask_of(batch)))
@@ -303,6 +318,7 @@ class SharingTask:
             replica=self.replica, logs=self.capture.detach(),
             buffers=buffers_of(self.network) if self.local is None else self.local.buffers(),
             local_workers=1 if self.local is None else self.local.count, step_from=self.step_from,
+            local_steps=self.local_steps,
             momentum=self.momentum, host=host, cores=cores, ran=(self.started, time.time()))
 
 
@@ -344,6 +360,19 @@ def _steps_in_pairs(network: Any) -> bool:
             and _owner(network, "compute_update_pair") is _owner(network, "compute_update"))
 
 
+def _takes_local_steps(network: Any) -> bool:
+    """Whether every step the task may take of this network takes ``local_steps`` (a ``TorchNetwork``'s
+    ``compute_update``, ``_tensor`` and ``_pair``; a subclass that overrides one keeps its own)."""
+    for name in ("compute_update", "compute_update_tensor", "compute_update_pair"):
+        method = getattr(network, name, None)
+        try:
+            if method is None or "local_steps" not in inspect.signature(method).parameters:
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
 def _steps_from_loaded(network: Any) -> bool:
     """Whether the network's ``compute_update_tensor`` can step from a loaded step buffer: the class that
     takes steps as pairs defines it (a subclass that overrides it keeps its own)."""
@@ -363,10 +392,12 @@ def _load_with_residual(live: Any, snapshot: Any, step_buffer: Any, residual: np
 
 
 def _host_step_from_residual(network: Any, features: Any, labels: Any, mask: Any = None,
-                             features_mask: Any = None, *, residual: np.ndarray) -> tuple[np.ndarray, float]:
+                             features_mask: Any = None, *, residual: np.ndarray,
+                             local_steps: int = 1) -> tuple[np.ndarray, float]:
     """A host network's step taken at its live parameters plus ``residual``, as one array."""
     update, loss = network.compute_update_tensor(features, labels, mask, features_mask, from_loaded=True,
-                                                 load=partial(_load_with_residual, residual=residual))
+                                                 load=partial(_load_with_residual, residual=residual),
+                                                 local_steps=local_steps)
     return update.numpy(), loss
 
 

@@ -50,8 +50,8 @@ def _network(kind: str):
 
 
 def _train(kind: str, mode: str, tmp_path: Path, step_from: str = "shared", device: str | None = None,
-           device_sharing: bool = False,
-           workers_per_node: int = 1) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
+           device_sharing: bool = False, workers_per_node: int = 1,
+           local_steps: int = 1) -> tuple[np.ndarray, np.ndarray, list, list[np.ndarray]]:
     """(initial params, final master, worker results, per-worker sums of what each submitted). With
     ``device`` every worker process trains there (``PSRV_DEVICE``, as a Spark executor's environment sets
     it) and records its events, the device included."""
@@ -63,7 +63,8 @@ def _train(kind: str, mode: str, tmp_path: Path, step_from: str = "shared", devi
     procs = []
     try:
         setup = dataclasses.replace(sharing_setup(controller.address, config, network), step_from=step_from,
-                                    collect_stats=device is not None, workers_per_node=workers_per_node)
+                                    collect_stats=device is not None, workers_per_node=workers_per_node,
+                                    local_steps=local_steps)
         env = dict(os.environ, OMP_NUM_THREADS="1")
         if device is not None:
             env["PSRV_DEVICE"] = device
@@ -112,6 +113,37 @@ def test_every_replica_equals_the_master_after_the_drain(kind: str, step_from: s
     for r in results:  # each replica, checked by the task itself against a snapshot of the master
         assert r.replica is not None and r.replica["status"] == "equal", r.replica
         assert r.replica["relative_l2"] <= 1e-6, r.replica
+
+
+@pytest.mark.parametrize(("kind", "step_from", "device_sharing", "workers_per_node"), [
+    ("torch", "own", False, 1),     # on the host: the one-pass sum, from the replica plus the residual
+    ("torch", "shared", False, 1),  # on the host, from the replica alone
+    ("torch", "own", True, 1),      # the device path, on CPU tensors
+    ("torch", "own", False, 2),     # two local workers behind one node
+    ("network", "shared", False, 1),  # a psrv.nn.Network takes one step a message and says so
+])
+def test_several_optimizer_steps_a_message_keep_the_invariant_on_every_step_path(
+        kind: str, step_from: str, device_sharing: bool, workers_per_node: int, tmp_path: Path) -> None:
+    """local_steps=3: every step path of the task takes three optimizer steps a minibatch (Adam's step
+    count says so: three per minibatch) and sends one message a minibatch; every replica still equals the
+    master copy, the master holds every update once, and the model learns as one process does."""
+    initial, master, results, sent = _train(kind, "fixed", tmp_path, step_from, device_sharing=device_sharing,
+                                            workers_per_node=workers_per_node, local_steps=3)
+    taken = 3 if kind == "torch" else 1
+    assert {r.local_steps for r in results} == {taken}
+    minibatches = sum(len(b) for b in _digits_batches(seed=11)) * 3
+    assert sum(r.steps for r in results) == minibatches
+    assert all(r.messages == -(-r.steps // workers_per_node) for r in results)  # one a round of the node
+    if kind == "torch":  # Adam's step count of the first parameter: after its two moments (keys sorted)
+        first = _network("torch").module[0].weight.numel()
+        for r in results:
+            per_worker = r.steps / workers_per_node
+            assert float(np.asarray(r.updater_state)[2 * first]) == pytest.approx(taken * per_worker)
+    assert _relative_l2(master, initial + sum(sent)) <= 1e-6
+    for r in results:
+        assert r.replica is not None and r.replica["status"] == "equal", r.replica
+    shared, alone = _accuracy(_network(kind), master), _one_process_accuracy()
+    assert shared >= alone - 0.02, (shared, alone)
 
 
 def test_the_check_catches_a_network_that_writes_params_during_its_step(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 workers) against the same module trained in this process for the same epochs, with the defaults (tau
 from each step's residual at 3 % of the elements, under 1/100 of the bytes of a dense exchange; each
 worker stepping from its replica plus its residual; Adam's beta1 ** workers), with DL4J's threshold
-in their place, and with SGD (its momentum ** workers, its lr scaled to keep the step's size)."""
+in their place, with SGD (its momentum ** workers, its lr scaled to keep the step's size), and with two
+optimizer steps a message (``local_steps=2``)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ def _optimizer(name: str):
     return lambda params: torch.optim.Adam(params, lr=1e-3)
 
 
-@pytest.mark.parametrize(("threshold", "optimizer"),
-                         [("default", "adam"), ("dl4j", "adam"), ("default", "sgd")])
-def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str,
-                                                                 optimizer: str) -> None:
+@pytest.mark.parametrize(("threshold", "optimizer", "local_steps"),
+                         [("default", "adam", 1), ("dl4j", "adam", 1), ("default", "sgd", 1),
+                          ("default", "adam", 2)])
+def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str, optimizer: str,
+                                                                 local_steps: int) -> None:
     x, y = sklearn_datasets.make_classification(n_samples=3000, n_features=16, n_informative=8, n_redundant=4,
                                                 n_classes=3, class_sep=2.0, random_state=7)
     x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
@@ -47,7 +49,7 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     alone = float(np.mean(reference.predict(x_test) == y_test))
 
     master = SharedTrainingMaster(batch_size_per_worker=32, num_workers=2, threshold_algorithm=(
-        dl4j_threshold() if threshold == "dl4j" else None))
+        dl4j_threshold() if threshold == "dl4j" else None), local_steps=local_steps)
     assert isinstance(master.residual_post_processor, ResidualClipping) and master.step_from == "own"
     if threshold == "default":
         assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
@@ -60,6 +62,12 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
     assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
+    assert fit["local_steps"] == {local_steps: 2}
+    assert fit["updates_missing"] == 0 and fit["replicas_checked"] == 2
+    # one message a minibatch, whatever the steps a message: the last epoch's rows in minibatches of 32
+    # (at most one short one a partition)
+    assert fit["examples"] == len(x_train) and fit["messages"] == fit["steps"]
+    assert len(x_train) / 32 <= fit["steps"] <= len(x_train) / 32 + 2
     # the default: each worker's momentum forgets per minibatch of both workers as one process's does
     assert fit["momentum_workers"] == 2
     group = model.network.optimizer.param_groups[0]  # the driver's: as given

@@ -223,6 +223,14 @@ def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
     split = [{**r, "worker_batch": 8} for r in runs if r["optimizer"] == "adam"]
     assert [line.split(" | ")[0] for line in bench_quality_spark.table(runs + split, 4).splitlines()[2:]] == \
         ["| cnn"] * 2 + ["| cnn, sgd"] * 2 + ["| cnn, batch 8 per worker"] * 2
+    # several optimizer steps a message: rows of their own under the task's name, against its one process
+    local = [{**r, "local_steps": 2, "accuracy": 0.91, "seconds": 6.0} for r in runs
+             if r["optimizer"] == "adam" and r["method"] == "default"]
+    rows = [line.split(" | ") for line in bench_quality_spark.table(runs + local, 2).splitlines()[2:]]
+    assert [(r[0], r[2], r[5], r[9]) for r in rows[:3]] == [
+        ("| cnn", "one process", "+0.0", "-"), ("| cnn", "Spark, default", "-2.0", "-"),
+        ("| cnn", "Spark, default, 2 local steps", "+1.0", "6.0")]
+    assert rows[2][-1] == "met |"
 
 
 def test_every_method_sees_the_same_minibatches() -> None:

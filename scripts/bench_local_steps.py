@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""What several optimizer steps a message cost in compute: a worker's step of ``TorchNetwork`` with
+``local_steps=K`` (the minibatch split into K pieces, K forward, backward and optimizer passes, as
+``SharedTrainingMaster(local_steps=K)`` takes them) against ``local_steps=1`` on the same minibatch,
+measured in the same run. MLPs of about 1 M and 11 M parameters and the quality harness's small CNN
+(``cnn``: 10 k parameters), Adam, one torch thread, the CPU.
+
+Prints, per model and K, the median milliseconds of a step over ``--repeats`` windows of ``--steps``
+steps each (each window's median), and the ratio to K = 1: the compute a message costs. The bytes a
+message costs do not change with K (README: "Several optimizer steps a message").
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+FEATURES, CLASSES = 256, 10
+MLPS = {"mlp1m": (1024, 768), "mlp11m": (3072, 3072, 256)}  # 1,059,594 and 11,019,018 parameters
+
+
+def _network(name: str):
+    from psrv.nn import TorchNetwork
+
+    torch.manual_seed(0)
+    if name == "cnn":
+        from quality import harness, tasks
+
+        task = tasks.make("cnn", 0)
+        module = harness.initial_module(task, harness.Setting())
+        shape, features = task.input_shape, int(np.prod(task.input_shape))
+    else:
+        layers: list[torch.nn.Module] = []
+        width = FEATURES
+        for out in MLPS[name]:
+            layers += [torch.nn.Linear(width, out), torch.nn.ReLU()]
+            width = out
+        module = torch.nn.Sequential(*layers, torch.nn.Linear(width, CLASSES))
+        shape, features = (FEATURES,), FEATURES
+    network = TorchNetwork(module, torch.nn.CrossEntropyLoss(), shape,
+                           optimizer=lambda params: torch.optim.Adam(params, lr=1e-3))
+    return network, shape, features
+
+
+def measure(name: str, ks: list[int], batch: int, steps: int, repeats: int) -> dict[int, float]:
+    """Median ms of a step at each K, the K interleaved window by window so that drift hits them alike."""
+    network, shape, _ = _network(name)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, *shape)).astype(np.float32)
+    y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, batch)]
+    windows: dict[int, list[float]] = {k: [] for k in ks}
+    for k in ks:  # warm-up: the optimizer's state, torch's first calls
+        network.compute_update(x, y, local_steps=k)
+    for _ in range(repeats):
+        for k in ks:
+            times = []
+            for _ in range(steps):
+                started = time.perf_counter()
+                network.compute_update(x, y, local_steps=k)
+                times.append(time.perf_counter() - started)
+            windows[k].append(statistics.median(times))
+    return {k: 1000 * statistics.median(v) for k, v in windows.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="cnn,mlp1m,mlp11m", help="comma-separated: cnn, mlp1m, mlp11m")
+    parser.add_argument("--local-steps", default="1,2,4", help="comma-separated K (1 is always measured)")
+    parser.add_argument("--batch", type=int, default=32, help="rows per worker minibatch (default 32)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per window (default 10)")
+    parser.add_argument("--repeats", type=int, default=5, help="windows per K (default 5; medians)")
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    if not models or set(models) - {"cnn", *MLPS}:
+        parser.error(f"--models: expected some of cnn, {', '.join(MLPS)}, got {args.models!r}")
+    try:
+        ks = sorted({1, *(int(k) for k in args.local_steps.split(",") if k)})
+    except ValueError:
+        parser.error(f"--local-steps: expected whole numbers, got {args.local_steps!r}")
+    if ks[0] < 1 or args.batch < max(ks) or min(args.steps, args.repeats) < 1:
+        parser.error("--local-steps must be >= 1 and at most --batch; --steps and --repeats >= 1")
+    torch.set_num_threads(1)
+    print(f"# a worker's step, Adam, batch {args.batch}, one torch thread; medians of {args.repeats} "
+          f"windows of {args.steps} steps")
+    print("| model | local steps | ms a step (a message) | vs one step a message |")
+    print("|---|---|---|---|")
+    for name in models:
+        print(f"# {name} ...", file=sys.stderr, flush=True)
+        times = measure(name, ks, args.batch, args.steps, args.repeats)
+        for k in ks:
+            print(f"| {name} | {k} | {times[k]:.1f} | {times[k] / times[1]:.2f}x |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
