@@ -127,16 +127,21 @@ def features_mask_of(item: Any) -> Any:
     return getattr(item, "features_mask", None)
 
 
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` (a network's step, a partial of one) takes the keyword ``name``; False where
+    its signature cannot be read."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def step_arguments(compute: Any, features_mask: Any) -> dict[str, Any]:
     """``features_mask=`` for a network's compute_update when there is one and the network takes it (a
     feed-forward psrv.nn.Network does not: it has no use for a features mask)."""
-    if features_mask is None:
+    if features_mask is None or not takes_keyword(compute, "features_mask"):
         return {}
-    try:
-        accepted = "features_mask" in inspect.signature(compute).parameters
-    except (TypeError, ValueError):
-        accepted = False
-    return {"features_mask": features_mask} if accepted else {}
+    return {"features_mask": features_mask}
 
 
 def unpack(item: Any) -> tuple[Any, Any, Any]:

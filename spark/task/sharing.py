@@ -8,7 +8,6 @@ copy, waits until the controller acknowledged its updates, then leaves and retur
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import numpy as np
 from psrv.encoding import ResidualEncoder
 from psrv.encoding.codec import add_to_both, copy_to_both
 from psrv.encoding.messages import compact
-from psrv.nn._inputs import features_mask_of, step_arguments
+from psrv.nn._inputs import features_mask_of, step_arguments, takes_keyword
 from psrv.nn.errors import ConfigError
 from psrv.nn.momentum import momentum_for_workers
 from psrv.nn.protocol import TrainableNetwork, network_device
@@ -363,14 +362,8 @@ def _steps_in_pairs(network: Any) -> bool:
 def _takes_local_steps(network: Any) -> bool:
     """Whether every step the task may take of this network takes ``local_steps`` (a ``TorchNetwork``'s
     ``compute_update``, ``_tensor`` and ``_pair``; a subclass that overrides one keeps its own)."""
-    for name in ("compute_update", "compute_update_tensor", "compute_update_pair"):
-        method = getattr(network, name, None)
-        try:
-            if method is None or "local_steps" not in inspect.signature(method).parameters:
-                return False
-        except (TypeError, ValueError):
-            return False
-    return True
+    return all(takes_keyword(getattr(network, name, None), "local_steps")
+               for name in ("compute_update", "compute_update_tensor", "compute_update_pair"))
 
 
 def _steps_from_loaded(network: Any) -> bool:
