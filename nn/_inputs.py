@@ -136,6 +136,13 @@ def takes_keyword(function: Any, name: str) -> bool:
         return False
 
 
+def takes_local_steps(network: Any) -> bool:
+    """Whether every step a Spark task may take of this network takes ``local_steps`` (a ``TorchNetwork``'s
+    ``compute_update``, ``_tensor`` and ``_pair``; a subclass that overrides one keeps its own)."""
+    return all(takes_keyword(getattr(network, name, None), "local_steps")
+               for name in ("compute_update", "compute_update_tensor", "compute_update_pair"))
+
+
 def step_arguments(compute: Any, features_mask: Any) -> dict[str, Any]:
     """``features_mask=`` for a network's compute_update when there is one and the network takes it (a
     feed-forward psrv.nn.Network does not: it has no use for a features mask)."""

@@ -327,12 +327,14 @@ class TorchNetwork(_inputs.TrainingCounters):
         """The gradient of the step about to be taken: (loss, whether the step buffer is loaded).
 
         With ``pieces`` > 1 the minibatch's rows are split into that many pieces (as ``np.array_split``
-        does; at most one a row) and the optimizer steps the step buffer on all but the last in turn, each
-        piece's gradient taken where the steps before it left the buffer; the caller's step is then the
-        last piece's, so after - before is the sum of the pieces' steps. The loss is the pieces' mean,
-        weighted by their rows. The live parameters are never written."""
+        does), each of two rows or more (a minibatch of fewer than 2 x ``pieces`` rows takes fewer: a
+        piece of one row is one sample's step, and BatchNorm cannot train on it), and the optimizer steps
+        the step buffer on all but the last in turn, each piece's gradient taken where the steps before it
+        left the buffer; the caller's step is then the last piece's, so after - before is the sum of the
+        pieces' steps. The loss is the pieces' mean, weighted by their rows. The live parameters are never
+        written."""
         rows = int(xs[0].shape[0])
-        pieces = max(1, min(int(pieces), rows))
+        pieces = max(1, min(int(pieces), rows // 2))
         if pieces == 1:
             return self._gradient_from(xs, ys, masks, features_mask, load, from_loaded), from_loaded
         load_step_buffer(self._buffers, load)  # the live parameters, or what ``load`` puts there

@@ -2,12 +2,16 @@
 """What several optimizer steps a message cost in compute: a worker's step of ``TorchNetwork`` with
 ``local_steps=K`` (the minibatch split into K pieces, K forward, backward and optimizer passes, as
 ``SharedTrainingMaster(local_steps=K)`` takes them) against ``local_steps=1`` on the same minibatch,
-measured in the same run. MLPs of about 1 M and 11 M parameters and the quality harness's small CNN
-(``cnn``: 10 k parameters), Adam, one torch thread, the CPU.
+measured in the same run. The step is the one a Spark task takes on the host, ``compute_update_pair``
+(the parameters after and before, for the encoder's one-pass sum). MLPs of about 130 k, 400 k, 1 M and
+11 M parameters and the quality harness's small CNN (``cnn``: 10 k parameters), Adam, one torch thread,
+the CPU.
 
 Prints, per model and K, the median milliseconds of a step over ``--repeats`` windows of ``--steps``
-steps each (each window's median), and the ratio to K = 1: the compute a message costs. The bytes a
-message costs do not change with K (README: "Several optimizer steps a message").
+steps each (each window's median), the ratio to K = 1 (the compute a message costs) and the
+milliseconds K steps add to one: what ``local_steps="auto"`` weighs (two steps up to 500,000
+parameters). The bytes a message costs do not change with K (README: "Several optimizer steps a
+message").
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FEATURES, CLASSES = 256, 10
-MLPS = {"mlp1m": (1024, 768), "mlp11m": (3072, 3072, 256)}  # 1,059,594 and 11,019,018 parameters
+#: 134,154, 399,370, 1,058,058 and 11,019,018 parameters
+MLPS = {"mlp130k": (256, 256), "mlp400k": (512, 512), "mlp1m": (1024, 768), "mlp11m": (3072, 3072, 256)}
 
 
 def _network(name: str):
@@ -50,30 +55,32 @@ def _network(name: str):
     return network, shape, features
 
 
-def measure(name: str, ks: list[int], batch: int, steps: int, repeats: int) -> dict[int, float]:
-    """Median ms of a step at each K, the K interleaved window by window so that drift hits them alike."""
+def measure(name: str, ks: list[int], batch: int, steps: int, repeats: int) -> tuple[dict[int, float], int]:
+    """Median ms of a step at each K, the K interleaved window by window so that drift hits them alike;
+    and the model's parameters."""
     network, shape, _ = _network(name)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, *shape)).astype(np.float32)
     y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, batch)]
     windows: dict[int, list[float]] = {k: [] for k in ks}
     for k in ks:  # warm-up: the optimizer's state, torch's first calls
-        network.compute_update(x, y, local_steps=k)
+        network.compute_update_pair(x, y, local_steps=k)
     for _ in range(repeats):
         for k in ks:
             times = []
             for _ in range(steps):
                 started = time.perf_counter()
-                network.compute_update(x, y, local_steps=k)
+                network.compute_update_pair(x, y, local_steps=k)
                 times.append(time.perf_counter() - started)
             windows[k].append(statistics.median(times))
-    return {k: 1000 * statistics.median(v) for k, v in windows.items()}
+    return {k: 1000 * statistics.median(v) for k, v in windows.items()}, int(network.num_params)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="cnn,mlp1m,mlp11m", help="comma-separated: cnn, mlp1m, mlp11m")
+    parser.add_argument("--models", default="cnn,mlp130k,mlp400k,mlp1m,mlp11m",
+                        help="comma-separated: cnn, mlp130k, mlp400k, mlp1m, mlp11m (default: all)")
     parser.add_argument("--local-steps", default="1,2,4", help="comma-separated K (1 is always measured)")
     parser.add_argument("--batch", type=int, default=32, help="rows per worker minibatch (default 32)")
     parser.add_argument("--steps", type=int, default=10, help="steps per window (default 10)")
@@ -91,13 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     print(f"# a worker's step, Adam, batch {args.batch}, one torch thread; medians of {args.repeats} "
           f"windows of {args.steps} steps")
-    print("| model | local steps | ms a step (a message) | vs one step a message |")
-    print("|---|---|---|---|")
+    print("| model | parameters | local steps | ms a step (a message) | vs one step a message | ms added |")
+    print("|---|---|---|---|---|---|")
     for name in models:
         print(f"# {name} ...", file=sys.stderr, flush=True)
-        times = measure(name, ks, args.batch, args.steps, args.repeats)
+        times, parameters = measure(name, ks, args.batch, args.steps, args.repeats)
         for k in ks:
-            print(f"| {name} | {k} | {times[k]:.1f} | {times[k] / times[1]:.2f}x |", flush=True)
+            print(f"| {name} | {parameters:,} | {k} | {times[k]:.2f} | {times[k] / times[1]:.2f}x | "
+                  f"{times[k] - times[1]:+.2f} |", flush=True)
     return 0
 
 

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default", "gradients", "gradlin")
+           "default", "onestep", "gradients", "gradlin")
 #: the default with K optimizer steps a message: methods "local2", "local4", "local8"
 LOCAL_STEPS = (2, 4, 8)
 METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
@@ -70,7 +70,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "dl4jown": "sharing, DL4J τ, own point, momentum ** workers",
           "quantown": "sharing, quantile τ, steps from own point",
           "quant3": "sharing, quantile τ at 3 %, steps from own point",
-          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers)",
+          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers, local steps auto)",
+          "onestep": "sharing, default with 1 step a message (local_steps=1)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
           **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS}}
@@ -95,6 +96,16 @@ def label(method: str) -> str:
     """A method's name in the tables."""
     factor = sync_factor(method)
     return LABELS[method] if factor is None else f"sync averaging, lr x {factor:g}"
+
+
+def auto_local_steps(task: Any, setting: Any) -> int:
+    """What ``SharedTrainingMaster(local_steps="auto")`` takes for this task's model, optimizer and
+    minibatch: the product's rule (psrv.spark.driver.stepping.choose_local_steps), asked of the network."""
+    from psrv.spark.driver.stepping import AUTO, choose_local_steps
+    from quality import harness
+
+    network = harness.network(harness.initial_module(task, setting), task, setting)
+    return choose_local_steps(AUTO, network, task.batch_size, setting.workers)[0]  # all side by side
 
 
 def _run(job: tuple[Any, ...]) -> dict[str, Any]:
@@ -133,8 +144,11 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                     lambda: ResidualClipping(5, 5))
         result = harness.compressed_gradients(task, setting, gradients, label(method))
     else:
-        default = harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
+        onestep = harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
                                   lambda: ResidualClipping(5, 5), own_point=True, scale_momentum=True)
+        # the shipped default's local_steps="auto", decided by the product's own rule for this task's model
+        default = dataclasses.replace(onestep, local_steps=auto_local_steps(task, setting)) \
+            if method == "default" else onestep
         config = {"dl4j": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5)),
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),
                   "warmup": harness.Sharing(lambda: SampledQuantileThreshold(warmup=WARMUP),
@@ -158,9 +172,10 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                   "quant3": harness.Sharing(lambda: SampledQuantileThreshold(sparsity=0.03),
                                             lambda: ResidualClipping(5, 5), own_point=True),
                   "default": default,
+                  "onestep": onestep,
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True),
-                  **{f"local{k}": dataclasses.replace(default, local_steps=k) for k in LOCAL_STEPS}}[method]
+                  **{f"local{k}": dataclasses.replace(onestep, local_steps=k) for k in LOCAL_STEPS}}[method]
         config.delay, config.jitter, config.interleave = delay, jitter, interleave
         result = harness.sharing(task, setting, config, label(method))
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,

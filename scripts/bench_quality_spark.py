@@ -9,9 +9,9 @@ optimizer and epochs, trained three ways in one run:
   a controller on the driver, real ZeroMQ sockets), with each of the two;
 * with ``--ways default,dl4j,given``, also psrv's defaults with the optimizer as given
   (``scale_momentum=False``), in the harness and on Spark;
-* with ``--local-steps 1,2``, the default way at each of these optimizer steps a message (on Spark
-  ``SharedTrainingMaster(local_steps=K)``, in the harness the ``localK`` method); one process stays
-  the reference.
+* with ``--local-steps auto,1,2``, the default way at each of these optimizer steps a message (on Spark
+  ``SharedTrainingMaster(local_steps=K)``, in the harness the ``localK`` method, ``onestep`` for 1);
+  ``auto``, the master's default, is the default way as shipped; one process stays the reference.
 
 Spark deals and shuffles the rows its own way, so a seed's Spark run sees another minibatch order than
 its harness run: compare medians over the seeds, not single runs. Prints one table row per method with
@@ -48,7 +48,7 @@ def _spark(master: str, workers: int) -> Any:
 
 def _spark_fit(spark: Any, task: Any, seed: int, workers: int, way: str,
                per_node: int = 1, optimizer: str = "adam", worker_batch: int = 0,
-               local_steps: int = 1) -> dict[str, Any]:
+               local_steps: int | str = "auto") -> dict[str, Any]:
     """One TorchEstimator fit of the task's module (the harness's initial weights) on Spark: ``workers``
     trainers in all, ``per_node`` of them in each task (``workers // per_node`` tasks), each on
     minibatches of ``worker_batch`` rows (0: the task's own), ``local_steps`` optimizer steps a message."""
@@ -150,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="every way but one process trains on minibatches of B rows per worker "
                         "(default: the task's own, 32), as bench_quality.py's --worker-batch; one "
                         "process keeps the task's batch")
-    parser.add_argument("--local-steps", default="1", metavar="K[,K...]",
+    parser.add_argument("--local-steps", default="auto", metavar="K[,K...]",
                         help="comma-separated optimizer steps a message, each K a run of the default way: "
                         "a worker splits each minibatch into K pieces and steps on each (on Spark "
                         "SharedTrainingMaster(local_steps=K), in the harness bench_quality.py's localK; K of "
-                        "1, 2, 4, 8); default 1. K > 1 only with --ways default")
+                        "1, 2, 4, 8, and 1 is the harness's onestep); default auto, the master's default "
+                        "(the harness's default). Other than auto only with --ways default")
     parser.add_argument("--master", default=None,
                         help="Spark master (default local-cluster[T,1,1024], T = the tasks)")
     parser.add_argument("--save", default=None, help="also write every run to this JSON file")
@@ -178,13 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1 or args.seeds < 1 or args.first_seed < 0 or args.worker_batch < 0:
         parser.error("--workers and --seeds must be >= 1, --first-seed and --worker-batch >= 0")
     try:
-        local_steps = [int(k) for k in args.local_steps.split(",") if k]
+        local_steps: list[int | str] = [k if k == "auto" else int(k)
+                                        for k in args.local_steps.split(",") if k]
     except ValueError:
         local_steps = []
-    if not local_steps or set(local_steps) - {1, *LOCAL_STEPS} \
-            or (local_steps != [1] and ways != ["default"]):
-        parser.error(f"--local-steps: expected some of 1, {', '.join(str(k) for k in LOCAL_STEPS)} (the "
-                     f"harness's localK; K > 1 with --ways default), got {args.local_steps!r} with --ways "
+    if not local_steps or set(local_steps) - {"auto", 1, *LOCAL_STEPS} \
+            or (local_steps != ["auto"] and ways != ["default"]):
+        parser.error(f"--local-steps: expected some of auto, 1, {', '.join(str(k) for k in LOCAL_STEPS)} "
+                     f"(other than auto with --ways default), got {args.local_steps!r} with --ways "
                      f"{args.ways}")
     per_node = args.workers_per_node
     if per_node < 1 or args.workers % per_node:
@@ -205,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# {runs[-1]}", file=sys.stderr, flush=True)
                 for steps in local_steps:
                     for way in ways:
-                        method = f"local{steps}" if steps > 1 else HARNESS_METHOD[way]
+                        method = HARNESS_METHOD[way] if steps == "auto" else \
+                            "onestep" if steps == 1 else f"local{steps}"
                         runs.append({**run, "way": "harness", "method": way, "local_steps": steps,
                                      **_harness(name, seed, args.workers, method, args.optimizer,
                                                 args.worker_batch)})
@@ -236,8 +239,8 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
     one-process run, on the same data set and initial weights), steps, bytes, and the median seconds of a
     Spark fit. A task run with SGD or RMSprop, or on another batch per worker, is named apart ("cnn, sgd",
     "cnn, batch 8 per worker"), so runs loaded together are compared only with their like; runs with
-    several optimizer steps a message are rows of their own under the same name ("Spark, default, 2
-    local steps"), against the same one process.
+    a number of optimizer steps a message set (not the default's "auto") are rows of their own under the
+    same name ("Spark, default, 2 local steps"), against the same one process.
     The default's rows are checked against the aims bench_quality.py checks (within 1 point of one
     process at 2 and 4 workers and 2 at 8, in both columns; at most 1/100 of a dense exchange's bytes)."""
     runs = [{**r, "task": r["task"] + (f", {r['optimizer']}" if r.get("optimizer") in ("sgd", "rmsprop")
@@ -246,10 +249,10 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
     lines = ["| task | workers | way | accuracy per seed | median | vs one process | seed by seed | "
              "steps, all workers | bytes / dense | Spark seconds | aims |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    def k_of(run: dict[str, Any]) -> int:  # one process takes one step a minibatch, whatever a run says
-        return 1 if run["method"] == "one" else int(run.get("local_steps", 1))
+    def k_of(run: dict[str, Any]) -> int | str:  # one process: "auto", whatever a run says
+        return "auto" if run["method"] == "one" else run.get("local_steps", "auto")
 
-    every_k = sorted({k_of(r) for r in runs})
+    every_k = sorted({k_of(r) for r in runs}, key=lambda k: (k != "auto", str(k)))
     for name in dict.fromkeys(r["task"] for r in runs):
         ones = {r["seed"]: r["accuracy"] for r in runs if r["task"] == name and r["method"] == "one"}
         one = statistics.median(ones.values())
@@ -258,7 +261,7 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
                      and k_of(r) == k]
             if not group:
                 continue
-            label = label + (f", {k} local steps" if k > 1 else "")
+            label = label + ("" if k == "auto" else f", {k} local step{'s' if k != 1 else ''}")
             seconds = f"{statistics.median(r['seconds'] for r in group):.1f}" \
                 if all("seconds" in r for r in group) else "-"
             accs = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]

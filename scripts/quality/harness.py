@@ -45,7 +45,7 @@ from torch import nn
 from quality.tasks import Task
 
 __all__ = ["FlushingQuantile", "Result", "Setting", "Sharing", "batches", "compressed_gradients",
-           "flush_threshold", "one_process", "parameter_averaging", "sharing", "synchronous"]
+           "flush_threshold", "network", "one_process", "parameter_averaging", "sharing", "synchronous"]
 
 Factory = Callable[[], Any]
 
@@ -328,7 +328,8 @@ def parameter_averaging(task: Task, setting: Setting, period: int = 5,
                   steady_per_step=shipped / period, params=_flat(modules[0]))
 
 
-def _network(module: nn.Module, task: Task, setting: Setting) -> TorchNetwork:
+def network(module: nn.Module, task: Task, setting: Setting) -> TorchNetwork:
+    """A worker's ``TorchNetwork`` of ``module``, with the setting's optimizer."""
     return TorchNetwork(module, nn.CrossEntropyLoss(), task.input_shape, optimizer=setting.make_optimizer)
 
 
@@ -343,7 +344,7 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     """Gradient sharing among ``setting.workers`` TorchNetworks, simulated round by round."""
     config = config or Sharing()
     base = initial_module(task, setting, dtype)
-    nets = [_network(copy.deepcopy(base), task, setting) for _ in range(setting.workers)]
+    nets = [network(copy.deepcopy(base), task, setting) for _ in range(setting.workers)]
     if config.scale_momentum:
         for net in nets:
             momentum_for_workers(net, setting.workers)

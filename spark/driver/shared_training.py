@@ -42,7 +42,9 @@ from psrv.spark.driver.stepping import (
     check_local_steps,
     check_scale_momentum,
     check_step_from,
+    choose_local_steps,
     momentum_workers,
+    side_by_side,
 )
 from psrv.spark.driver.task_clock import TaskStartClock
 from psrv.spark.errors import (
@@ -102,17 +104,22 @@ class SharedTrainingMaster:
     one, and the coefficient that forgets like one process per minibatch is beta ** N
     (psrv.nn.momentum; README's "How much a step learns").
     ``scale_momentum=False`` keeps the optimizer as given, as DL4J does: DL4J's behaviour as a whole is
-    ``threshold_algorithm=dl4j_threshold(), step_from="shared", scale_momentum=False``. The driver's
-    network is never changed; ``last_fit["momentum"]`` says what the workers used.
+    ``threshold_algorithm=dl4j_threshold(), step_from="shared", scale_momentum=False, local_steps=1``.
+    The driver's network is never changed; ``last_fit["momentum"]`` says what the workers used.
 
-    ``local_steps=K`` (default 1) has each worker split every minibatch into K pieces, take K optimizer
-    steps on them in turn (each from where the last left its point) and send their sum as one message:
-    the bytes of one message a minibatch, the steps of minibatches K times smaller. With N workers each
-    worker takes 1/N of one process's steps per epoch; K local steps give K times as many, at K forward,
-    backward and optimizer passes of a piece where the default takes one of the whole minibatch (README's
-    "Several optimizer steps a message"). It needs a ``TorchNetwork``; another network takes one step and
-    its task says so in its log (``last_fit["local_steps"]`` counts the tasks of each kind). Progress
-    and ``network.iteration`` count minibatches (messages); the optimizer's own step count grows by K.
+    ``local_steps=K`` has each worker split every minibatch into K pieces, take K optimizer steps on
+    them in turn (each from where the last left its point) and send their sum as one message: the bytes
+    of one message a minibatch, the steps of minibatches K times smaller. With N workers each worker
+    takes 1/N of one process's steps per epoch; K local steps give K times as many, at K forward,
+    backward and optimizer passes of a piece where one step takes one of the whole minibatch (README's
+    "Several optimizer steps a message"). ``local_steps="auto"`` (the default) takes 2 where they were
+    measured to help and cost little: a ``TorchNetwork`` of at most 500,000 parameters whose optimizer is
+    of Adam's kind, RMSprop, or SGD with at most 4 workers stepping side by side, on minibatches of 16 rows
+    or more; 1 elsewhere (a larger model, SGD with more workers, another optimizer, a
+    ``psrv.nn.Network``). The driver decides once per job and logs why (``last_fit["local_steps_rule"]``;
+    ``last_fit["local_steps"]`` counts the tasks of each kind). A network whose step takes no
+    ``local_steps`` takes one step a message, and its task says so in its log. Progress and
+    ``network.iteration`` count minibatches (messages); the optimizer's own step count grows by K.
 
     ``workers_per_node=N`` trains N local workers in each task (one per GPU it holds, else threads)
     behind its one mesh member: their steps are summed before one message goes on the wire
@@ -139,7 +146,7 @@ class SharedTrainingMaster:
         storage_level: Any = DEFAULT_STORAGE_LEVEL,
         step_from: str = "own",
         scale_momentum: bool = True,
-        local_steps: int = 1,
+        local_steps: int | str = "auto",
     ) -> None:
         self.conf = conf if conf is not None else VoidConfiguration()
         if not isinstance(self.conf, VoidConfiguration):
@@ -264,6 +271,12 @@ class SharedTrainingMaster:
         chosen = (self.threshold_algorithm, self.residual_post_processor)
         for name, strategy in zip(("threshold_algorithm", "residual_post_processor"), chosen, strict=True):
             shipping.check_strategy(name, strategy, spark_context)  # the executors can import or rebuild it
+        # "auto" is decided here, on the driver's network, once for every task of the job
+        beside = side_by_side(data.getNumPartitions(), int(spark_context.defaultParallelism),
+                              self.workers_per_node)
+        local_steps, local_steps_rule = choose_local_steps(self.local_steps, network,
+                                                           self.batch_size_per_worker, beside)
+        log.info("gradient sharing: %s", local_steps_rule)
         setup = WorkerSetup(
             job_id=uuid.uuid4().hex[:8],
             controller_address=address,
@@ -282,7 +295,7 @@ class SharedTrainingMaster:
             step_from=self.step_from,
             momentum_workers=momentum_workers(self.scale_momentum, data.getNumPartitions(),
                                               int(spark_context.defaultParallelism), self.workers_per_node),
-            local_steps=self.local_steps,
+            local_steps=local_steps,
         )
         broadcast = spark_context.broadcast(setup)
         self._crowding.before_job(str(spark_context.master),  # the tasks that can run at once
@@ -311,6 +324,7 @@ class SharedTrainingMaster:
                 controller.stop()
             broadcast.unpersist()
         self._finish(network, setup, results, sent, final, controller_counters, started)
+        self.last_fit["local_steps_rule"] = local_steps_rule
         live.end_epoch(network)
         self.last_fit["controller_reused"] = live.kept and live.epochs > 1
 

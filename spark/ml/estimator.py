@@ -181,7 +181,7 @@ class _NetworkEstimator(Estimator, EstimatorParams, MLWritable, MLReadable):
         return SharedTrainingMaster(config, batch_size_per_worker=int(self.getOrDefault("batchSize")),
                                     workers_per_node=workers_per_node,
                                     scale_momentum=bool(self.getOrDefault("scaleMomentum")),
-                                    local_steps=int(self.getOrDefault("localSteps")), **kept)
+                                    local_steps=self.getOrDefault("localSteps"), **kept)
 
     # -- fit ----------------------------------------------------------------------------------------
     def _fit(self, dataset: DataFrame) -> TorchModel:

@@ -86,6 +86,18 @@ def _positive(name: str) -> Any:
     return convert
 
 
+def _to_local_steps(value: Any) -> Any:
+    """"auto" (the default training master's choice: psrv.spark.driver.stepping), or a positive int."""
+    if isinstance(value, str) and value == "auto":
+        return value
+    try:
+        if isinstance(value, str | bool):
+            raise TypeError
+        return _positive("localSteps")(value)
+    except TypeError:
+        raise TypeError(f"localSteps: expected 'auto' or a positive int, got {value!r}") from None
+
+
 def _param(name: str, doc: str, converter: Any = TypeConverters.identity) -> Param:
     return Param(Params._dummy(), name, doc, typeConverter=converter)
 
@@ -146,13 +158,15 @@ class EstimatorParams(ModelParams):
                            TypeConverters.toBoolean)
     localSteps = _param("localSteps", "optimizer steps a message for the default training master: each "
                         "worker splits every minibatch into this many pieces, steps on each in turn and "
-                        "sends the sum once (the same bytes; more compute; 1: one step a minibatch)",
-                        _positive("localSteps"))
+                        "sends the sum once (the same bytes; more compute; 1: one step a minibatch); 'auto' "
+                        "takes 2 for a model of at most 500,000 parameters with Adam or RMSprop (or SGD with "
+                        "at most 4 workers side by side) on minibatches of 16 rows or more, else 1",
+                        _to_local_steps)
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", epochs=1, batchSize=32, resume=False, outputActivation="auto")
-        self._setDefault(workersPerNode=1, scaleMomentum=True, localSteps=1)
+        self._setDefault(workersPerNode=1, scaleMomentum=True, localSteps="auto")
 
 
 #: constructor keyword -> Param name

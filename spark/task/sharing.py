@@ -18,7 +18,7 @@ import numpy as np
 from psrv.encoding import ResidualEncoder
 from psrv.encoding.codec import add_to_both, copy_to_both
 from psrv.encoding.messages import compact
-from psrv.nn._inputs import features_mask_of, step_arguments, takes_keyword
+from psrv.nn._inputs import features_mask_of, step_arguments, takes_local_steps
 from psrv.nn.errors import ConfigError
 from psrv.nn.momentum import momentum_for_workers
 from psrv.nn.protocol import TrainableNetwork, network_device
@@ -140,7 +140,7 @@ class SharingTask:
         ``TorchNetwork``), else 1, logged."""
         if wanted <= 1:
             return 1
-        if _takes_local_steps(self.network):
+        if takes_local_steps(self.network):
             return wanted
         log.info("local_steps=%d asked for; this task takes one optimizer step a message (%s's "
                  "compute_update takes no local_steps)", wanted, type(self.network).__name__)
@@ -357,13 +357,6 @@ def _steps_in_pairs(network: Any) -> bool:
     ``compute_update`` (a subclass that overrides ``compute_update`` keeps its own)."""
     return (getattr(network, "on_host", False) is True and _owner(network, "compute_update_pair") is not None
             and _owner(network, "compute_update_pair") is _owner(network, "compute_update"))
-
-
-def _takes_local_steps(network: Any) -> bool:
-    """Whether every step the task may take of this network takes ``local_steps`` (a ``TorchNetwork``'s
-    ``compute_update``, ``_tensor`` and ``_pair``; a subclass that overrides one keeps its own)."""
-    return all(takes_keyword(getattr(network, name, None), "local_steps")
-               for name in ("compute_update", "compute_update_tensor", "compute_update_pair"))
 
 
 def _steps_from_loaded(network: Any) -> bool:

@@ -125,8 +125,9 @@ def test_every_replica_equals_the_master_after_the_drain(kind: str, step_from: s
 def test_several_optimizer_steps_a_message_keep_the_invariant_on_every_step_path(
         kind: str, step_from: str, device_sharing: bool, workers_per_node: int, tmp_path: Path) -> None:
     """local_steps=3: every step path of the task takes three optimizer steps a minibatch (Adam's step
-    count says so: three per minibatch) and sends one message a minibatch; every replica still equals the
-    master copy, the master holds every update once, and the model learns as one process does."""
+    count says so: three per minibatch of 16 rows, two for the short one of 5, whose pieces hold two rows
+    at least) and sends one message a minibatch; every replica still equals the master copy, the master
+    holds every update once, and the model learns as one process does."""
     initial, master, results, sent = _train(kind, "fixed", tmp_path, step_from, device_sharing=device_sharing,
                                             workers_per_node=workers_per_node, local_steps=3)
     taken = 3 if kind == "torch" else 1
@@ -136,9 +137,16 @@ def test_several_optimizer_steps_a_message_keep_the_invariant_on_every_step_path
     assert all(r.messages == -(-r.steps // workers_per_node) for r in results)  # one a round of the node
     if kind == "torch":  # Adam's step count of the first parameter: after its two moments (keys sorted)
         first = _network("torch").module[0].weight.numel()
-        for r in results:
-            per_worker = r.steps / workers_per_node
-            assert float(np.asarray(r.updater_state)[2 * first]) == pytest.approx(taken * per_worker)
+        # each node's count, as the task reports it: the mean of its local workers', each taking every
+        # workers_per_node-th minibatch of the node, 3 epochs of min(3, rows // 2) steps each
+        def steps(batches: list) -> int:
+            return 3 * sum(max(1, min(taken, b.num_examples // 2)) for b in batches)
+
+        expected = [np.mean([steps(node[j::workers_per_node]) for j in range(workers_per_node)])
+                    for node in _digits_batches(seed=11)]
+        counts = [float(np.asarray(r.updater_state)[2 * first]) for r in results]
+        assert sorted(counts) == pytest.approx(sorted(expected))
+        assert sum(counts) < taken * sum(r.steps for r in results) / workers_per_node  # the short minibatch
     assert _relative_l2(master, initial + sum(sent)) <= 1e-6
     for r in results:
         assert r.replica is not None and r.replica["status"] == "equal", r.replica

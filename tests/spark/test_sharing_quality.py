@@ -2,8 +2,8 @@
 workers) against the same module trained in this process for the same epochs, with the defaults (tau
 from each step's residual at 3 % of the elements, under 1/100 of the bytes of a dense exchange; each
 worker stepping from its replica plus its residual; Adam's beta1 ** workers), with DL4J's threshold
-in their place, with SGD (its momentum ** workers, its lr scaled to keep the step's size), and with two
-optimizer steps a message (``local_steps=2``)."""
+in their place, with SGD (its momentum ** workers, its lr scaled to keep the step's size), and with one
+optimizer step a message where the default ``local_steps="auto"`` takes two for this small model."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def _optimizer(name: str):
     return lambda params: torch.optim.Adam(params, lr=1e-3)
 
 
-@pytest.mark.parametrize(("threshold", "optimizer", "local_steps"),
-                         [("default", "adam", 1), ("dl4j", "adam", 1), ("default", "sgd", 1),
-                          ("default", "adam", 2)])
+@pytest.mark.parametrize(("threshold", "optimizer", "local_steps", "taken"),
+                         [("default", "adam", "auto", 2), ("dl4j", "adam", 1, 1),
+                          ("default", "sgd", "auto", 2), ("default", "adam", 1, 1)])
 def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str, optimizer: str,
-                                                                 local_steps: int) -> None:
+                                                                 local_steps: int | str, taken: int) -> None:
     x, y = sklearn_datasets.make_classification(n_samples=3000, n_features=16, n_informative=8, n_redundant=4,
                                                 n_classes=3, class_sep=2.0, random_state=7)
     x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
@@ -62,11 +62,15 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     fit = master.last_fit
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
     assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
-    assert fit["local_steps"] == {local_steps: 2}
+    assert fit["local_steps"] == {taken: 2}  # "auto": 2 for this model of 19,075 parameters
+    kind = "Adam" if optimizer == "adam" else "SGD"
+    assert fit["local_steps_rule"].startswith(f"auto: 2 optimizer steps a message (19,075 parameters, {kind}"
+                                              if taken == 2 else "local_steps=1, as set")
     assert fit["updates_missing"] == 0 and fit["replicas_checked"] == 2
     # one message a minibatch, whatever the steps a message: the last epoch's rows in minibatches of 32
-    # (at most one short one a partition)
-    assert fit["examples"] == len(x_train) and fit["messages"] == fit["steps"]
+    # (at most one short one a partition); DL4J's adaptive τ may find nothing to send in a step
+    assert fit["examples"] == len(x_train)
+    assert fit["messages"] == fit["steps"] if threshold == "default" else 0 < fit["messages"] <= fit["steps"]
     assert len(x_train) / 32 <= fit["steps"] <= len(x_train) / 32 + 2
     # the default: each worker's momentum forgets per minibatch of both workers as one process's does
     assert fit["momentum_workers"] == 2

@@ -14,6 +14,12 @@ torch = pytest.importorskip("torch")
 from psrv.nn import NonFiniteLossError  # noqa: E402
 from psrv.nn.torch_adapter import TorchNetwork  # noqa: E402
 from psrv.spark import SharedTrainingMaster  # noqa: E402
+from psrv.spark.driver.stepping import (  # noqa: E402
+    AUTO_MAX_PARAMETERS,
+    AUTO_MAX_SGD_WORKERS,
+    AUTO_MIN_ROWS,
+    choose_local_steps,
+)
 from psrv.spark.errors import SparkConfigError  # noqa: E402
 
 
@@ -91,13 +97,23 @@ def test_the_task_paths_from_the_replica_plus_the_residual_are_local_steps_taken
         assert _adam_steps(net) == [9] * 4
 
 
-def test_a_minibatch_smaller_than_the_local_steps_takes_one_step_a_row() -> None:
-    net = _net()
-    x, y = _batch(2, seed=0)
-    net.compute_update(x, y, local_steps=5)
-    assert _adam_steps(net) == [2] * 4
-    one = _net()
-    np.testing.assert_array_equal(one.compute_update(x, y, local_steps=1)[0], _net().compute_update(x, y)[0])
+def test_a_minibatch_smaller_than_the_local_steps_takes_pieces_of_two_rows_at_least() -> None:
+    for rows, steps in ((5, 2), (4, 2), (3, 1), (2, 1), (1, 1)):
+        net = _net()
+        x, y = _batch(rows, seed=0)
+        net.compute_update(x, y, local_steps=5)
+        assert _adam_steps(net) == [steps] * 4, rows
+    x, y = _batch(3, seed=0)  # one piece: the one step of the whole minibatch
+    np.testing.assert_array_equal(_net().compute_update(x, y, local_steps=2)[0],
+                                  _net().compute_update(x, y)[0])
+
+
+def test_batch_norm_trains_on_a_short_last_minibatch_with_local_steps() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 3))
+    net = TorchNetwork(module, torch.nn.CrossEntropyLoss(), (6,))
+    x, y = _batch(3, seed=1, dtype=np.float32)  # a piece of 1 row fails: BatchNorm needs more than one
+    update, loss = net.compute_update(x, y, local_steps=2)
+    assert np.isfinite(update).all() and np.abs(update).max() > 0 and np.isfinite(loss)
 
 
 class _MaskedMean(torch.nn.Module):
@@ -164,13 +180,67 @@ def test_a_diverged_piece_is_the_usual_error_and_leaves_the_module_on_its_live_p
     assert np.isfinite(update).all() and np.abs(update).max() > 0
 
 
-@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True, None])
-def test_the_master_refuses_local_steps_that_are_not_a_whole_number_of_at_least_one(bad) -> None:
-    assert SharedTrainingMaster().local_steps == 1  # the default: one optimizer step a message
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", "Auto", True, None])
+def test_the_master_refuses_local_steps_that_are_not_auto_or_a_whole_number_of_at_least_one(bad) -> None:
+    assert SharedTrainingMaster().local_steps == "auto"  # the default: the driver decides (below)
     assert SharedTrainingMaster(local_steps=np.int64(3)).local_steps == 3
-    with pytest.raises(SparkConfigError, match=r"local_steps: expected a whole number >= 1 of optimizer "
-                                               r"steps a message, got .*; 1 \(the default\)"):
+    assert SharedTrainingMaster(local_steps=1).local_steps == 1
+    expected = r"local_steps: expected \"auto\" or a whole number >= 1 of optimizer steps a message, got "
+    with pytest.raises(SparkConfigError, match=expected + r".*; \"auto\" \(the default\)"):
         SharedTrainingMaster(local_steps=bad)
+
+
+def _torch_net(module, optimizer=None) -> TorchNetwork:
+    return TorchNetwork(module, torch.nn.CrossEntropyLoss(), (module.in_features,), optimizer=optimizer)
+
+
+@pytest.mark.parametrize(("optimizer", "kind"), [
+    (None, "Adam"),  # TorchNetwork's own default
+    (lambda ps: torch.optim.AdamW(ps, lr=1e-3), "AdamW"),
+    (lambda ps: torch.optim.NAdam(ps, lr=1e-3), "NAdam"),
+    (lambda ps: torch.optim.RMSprop(ps, lr=1e-4, momentum=0.9), "RMSprop"),
+    (lambda ps: torch.optim.RMSprop(ps, lr=1e-4), "RMSprop"),
+    (lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9), "SGD"),
+])
+def test_auto_takes_two_steps_for_a_small_model_with_a_measured_optimizer(optimizer, kind) -> None:
+    steps, why = choose_local_steps("auto", _torch_net(torch.nn.Linear(6, 3), optimizer), 32)
+    assert steps == 2
+    assert why == (f"auto: 2 optimizer steps a message (21 parameters, {kind}, minibatches of 32 rows in "
+                   "pieces of 16 and 16)")
+    assert choose_local_steps("auto", _torch_net(torch.nn.Linear(6, 3), optimizer), 17)[1].endswith(
+        "pieces of 9 and 8)")
+
+
+def test_auto_takes_one_step_where_a_second_was_not_measured_to_help_or_costs_too_much() -> None:
+    sgd = _torch_net(torch.nn.Linear(6, 3), lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9))
+    assert choose_local_steps("auto", sgd, 32)[0] == 2  # one worker, as many side by side as measured
+    assert choose_local_steps("auto", sgd, 32, workers=AUTO_MAX_SGD_WORKERS)[0] == 2
+    assert choose_local_steps("auto", sgd, 32, workers=AUTO_MAX_SGD_WORKERS + 1) == (
+        1, "auto: 1 (SGD with 5 workers side by side: with SGD two local steps helped up to 4 and lost at 8)")
+    assert choose_local_steps("auto", _torch_net(torch.nn.Linear(6, 3)), 32, workers=64)[0] == 2  # Adam
+    adagrad = _torch_net(torch.nn.Linear(6, 3), lambda ps: torch.optim.Adagrad(ps, lr=0.01))
+    assert choose_local_steps("auto", adagrad, 32) == (
+        1, "auto: 1 (Adagrad is neither Adam's kind, RMSprop nor SGD, the optimizers that two local steps "
+           "were measured to help)")
+    at_most = _torch_net(torch.nn.Linear(999, 500))  # 500,000 parameters: the largest "auto" steps twice
+    over = _torch_net(torch.nn.Linear(1000, 500))  # 500,500
+    assert (at_most.num_params, over.num_params) == (AUTO_MAX_PARAMETERS, AUTO_MAX_PARAMETERS + 500)
+    assert choose_local_steps("auto", at_most, 32)[0] == 2
+    assert choose_local_steps("auto", over, 32) == (1, "auto: 1 (500,500 parameters, over 500,000: there a "
+                                                       "second step a message costs more compute than it is "
+                                                       "worth)")
+    small = _torch_net(torch.nn.Linear(6, 3))
+    assert choose_local_steps("auto", small, AUTO_MIN_ROWS)[0] == 2
+    assert choose_local_steps("auto", small, AUTO_MIN_ROWS - 1) == (
+        1, "auto: 1 (minibatches of 15 rows; two steps need 16 or more)")
+    from psrv.nn import Network
+    from psrv.nn.layers import Dense, Output
+
+    native = Network([Dense(4), Output(3)], input_shape=(6,), seed=1)
+    assert choose_local_steps("auto", native, 32) == (1, "auto: 1 (Network's step takes no local_steps)")
+    for setting in (1, 3):  # a number is taken as set, for any network
+        assert choose_local_steps(setting, sgd, 32) == (setting, f"local_steps={setting}, as set")
+        assert choose_local_steps(setting, native, 8)[0] == setting
 
 
 def test_the_estimator_takes_local_steps_as_a_param_for_its_default_master_only() -> None:
@@ -180,11 +250,14 @@ def test_the_estimator_takes_local_steps_as_a_param_for_its_default_master_only(
         return TorchEstimator(torch.nn.Linear(4, 2), torch.nn.CrossEntropyLoss(), input_shape=(4,),
                               feature_cols=["f"], **params)
 
-    assert estimator()._master().local_steps == 1
+    assert estimator()._master().local_steps == "auto"
+    assert estimator().getLocalSteps() == "auto"
+    assert estimator(local_steps=1)._master().local_steps == 1
     assert estimator(local_steps=2)._master().local_steps == 2
     assert estimator(localSteps=4).getLocalSteps() == 4  # Spark's own name
     assert "localSteps: optimizer steps a message" in estimator().explainParams()
-    with pytest.raises(SparkConfigError, match="localSteps: expected a positive int"):
-        estimator(local_steps=0)
+    for bad in (0, "two", True):
+        with pytest.raises(SparkConfigError, match="localSteps: expected 'auto' or a positive int"):
+            estimator(local_steps=bad)
     with pytest.raises(SparkConfigError, match="set local_steps on it instead"):
         estimator(local_steps=2, training_master=SharedTrainingMaster())._master()

@@ -514,3 +514,18 @@ def test_a_learning_rate_scale_reaches_every_method_and_names_its_rows() -> None
     refused = subprocess.run([sys.executable, script, "--lr-scale", "0"], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2 and "--lr-scale: expected a positive number, got 0.0" in refused.stderr
+
+
+def test_the_harness_default_takes_the_local_steps_the_master_chooses() -> None:
+    """bench_quality's "default" is the shipped default, ``local_steps="auto"`` included: the product's own
+    rule, asked of the task's network, so the aims table measures what users get."""
+    def run(method: str, optimizer: str = "adam", rows: int = 16, workers: int = 2) -> list:
+        job = ("tiny", optimizer, workers, 0, method, 0, 0, 0, 0.0, False, 0.0, rows)
+        return bench_quality._run(job)["curve"]
+
+    assert run("default") == run("local2")  # Adam on 16 rows: two steps a message
+    assert run("default") != run("onestep")
+    assert run("default", rows=8) == run("onestep", rows=8)  # pieces of 4 rows: one step
+    assert run("default", "rmsprop") == run("local2", "rmsprop")
+    assert run("default", "sgd") == run("local2", "sgd")  # SGD: two up to 4 workers side by side ...
+    assert run("default", "sgd", workers=8) == run("onestep", "sgd", workers=8)  # ... and one at 8
