@@ -323,8 +323,8 @@ class SharedTrainingMaster:
             if not live.kept:
                 controller.stop()
             broadcast.unpersist()
-        self._finish(network, setup, results, sent, final, controller_counters, started)
-        self.last_fit["local_steps_rule"] = local_steps_rule
+        self._finish(network, setup, results, sent, final, controller_counters, started,
+                     local_steps_rule=local_steps_rule)
         live.end_epoch(network)
         self.last_fit["controller_reused"] = live.kept and live.epochs > 1
 
@@ -402,7 +402,8 @@ class SharedTrainingMaster:
         log.warning("controller applied %d of %d updates before the drain deadline", last, expected)
 
     def _finish(self, network: TrainableNetwork, setup: WorkerSetup, results: list[WorkerResult], sent: int,
-                final: np.ndarray, controller_counters: dict[str, Any], started: float) -> None:
+                final: np.ndarray, controller_counters: dict[str, Any], started: float,
+                local_steps_rule: str = "") -> None:
         network.set_params(final.astype(network.params.dtype))
         if results:
             updater = np.mean([r.updater_state for r in results], axis=0)
@@ -436,6 +437,7 @@ class SharedTrainingMaster:
             "step_from": dict(Counter(r.step_from for r in results)),
             "momentum_workers": setup.momentum_workers,
             "local_steps": dict(Counter(r.local_steps for r in results)),
+            "local_steps_rule": local_steps_rule,
             "momentum": next((r.momentum for r in results if r.momentum), []),
             "hosts": hosts_of(results),
             **_replica_summary(results),
