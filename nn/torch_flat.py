@@ -33,7 +33,7 @@ class FlatBuffers:
     host_view: np.ndarray | None
     step_flat: Any
     step_params: list[Any]
-    base: Any = None  # take_step(reuse=True)'s copy of the live parameters, allocated on first use
+    base: Any = None  # the copy of the live parameters a step starts from, allocated on first use
 
 
 def bind_flat_buffers(module: Any, dtype: Any, device: Any) -> FlatBuffers:
@@ -130,18 +130,13 @@ def take_step(buffers: FlatBuffers, optimizer: Any, *args: Any, reuse: bool = Fa
     returns (the step to ADD as a flat tensor, what ``step`` returned). The live parameters are never
     written: whatever a node's I/O thread decodes into them meanwhile stays (the step is then taken
     from a slightly older point, as in any asynchronous SGD). ``reuse``: no allocation per step (the
-    returned step is the step buffer itself, valid until the next step)."""
+    returned step is the step buffer itself, valid until the next step); else the returned step is the
+    one new tensor of the step, the caller's to keep."""
     torch = import_torch()
-    if not reuse:
-        with torch.no_grad():
-            base = buffers.flat.clone()
-            buffers.step_flat.copy_(base)
-        returned = optimizer.step(*args, **kwargs)
-        with torch.no_grad():
-            return buffers.step_flat - base, returned
     after, before, returned = step_before_after(buffers, optimizer, *args, **kwargs)
     with torch.no_grad():
-        return after.sub_(before), returned
+        # the snapshot is the buffers' own (no allocation); only the step returned is new when not reused
+        return (after.sub_(before) if reuse else torch.sub(after, before)), returned
 
 
 def load_step_buffer(buffers: FlatBuffers, load: Any = None) -> Any:

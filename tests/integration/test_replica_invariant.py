@@ -32,6 +32,7 @@ def _has_cuda() -> bool:
 
 
 CUDA = _has_cuda()
+NEEDS_CUDA = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False here)")
 WORKERS = 2
 
 
@@ -115,21 +116,26 @@ def test_every_replica_equals_the_master_after_the_drain(kind: str, step_from: s
         assert r.replica["relative_l2"] <= 1e-6, r.replica
 
 
-@pytest.mark.parametrize(("kind", "step_from", "device_sharing", "workers_per_node"), [
-    ("torch", "own", False, 1),     # on the host: the one-pass sum, from the replica plus the residual
-    ("torch", "shared", False, 1),  # on the host, from the replica alone
-    ("torch", "own", True, 1),      # the device path, on CPU tensors
-    ("torch", "own", False, 2),     # two local workers behind one node
-    ("network", "shared", False, 1),  # a psrv.nn.Network takes one step a message and says so
+@pytest.mark.parametrize(("kind", "step_from", "device_sharing", "workers_per_node", "device"), [
+    ("torch", "own", False, 1, None),     # on the host: the one-pass sum, from the replica plus the residual
+    ("torch", "shared", False, 1, None),  # on the host, from the replica alone
+    ("torch", "own", True, 1, None),      # the device path, on CPU tensors
+    pytest.param("torch", "own", True, 1, "cuda:0", marks=[pytest.mark.gpu, NEEDS_CUDA]),  # ... on a GPU
+    ("torch", "own", False, 2, None),     # two local workers behind one node
+    ("network", "shared", False, 1, None),  # a psrv.nn.Network takes one step a message and says so
 ])
 def test_several_optimizer_steps_a_message_keep_the_invariant_on_every_step_path(
-        kind: str, step_from: str, device_sharing: bool, workers_per_node: int, tmp_path: Path) -> None:
+        kind: str, step_from: str, device_sharing: bool, workers_per_node: int, device: str | None,
+        tmp_path: Path) -> None:
     """local_steps=3: every step path of the task takes three optimizer steps a minibatch (Adam's step
     count says so: three per minibatch of 16 rows, two for the short one of 5, whose pieces hold two rows
     at least) and sends one message a minibatch; every replica still equals the master copy, the master
     holds every update once, and the model learns as one process does."""
-    initial, master, results, sent = _train(kind, "fixed", tmp_path, step_from, device_sharing=device_sharing,
-                                            workers_per_node=workers_per_node, local_steps=3)
+    initial, master, results, sent = _train(kind, "fixed", tmp_path, step_from, device=device,
+                                            device_sharing=device_sharing, workers_per_node=workers_per_node,
+                                            local_steps=3)
+    if device is not None:
+        assert {e["device"] for r in results for e in r.events if e["kind"] == "setup"} == {device}
     taken = 3 if kind == "torch" else 1
     assert {r.local_steps for r in results} == {taken}
     minibatches = sum(len(b) for b in _digits_batches(seed=11)) * 3
@@ -183,9 +189,6 @@ def _one_process_accuracy() -> float:
             update, _ = network.compute_update(batch.features, batch.labels)
             network.apply_update(update)
     return _accuracy(network, network.params)
-
-
-NEEDS_CUDA = pytest.mark.skipif(not CUDA, reason="needs CUDA (torch.cuda.is_available() is False here)")
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda:0", marks=[pytest.mark.gpu, NEEDS_CUDA])])

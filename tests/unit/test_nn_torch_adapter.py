@@ -67,6 +67,20 @@ def test_compute_update_equals_a_torch_step_without_applying_it() -> None:
     assert net.iteration == 3
 
 
+def test_compute_update_returns_a_step_the_caller_keeps() -> None:
+    """The step compute_update returns is the caller's: later steps do not write it, and it shares no
+    memory with the network's buffers (the snapshot a step starts from is the network's own)."""
+    x, y = _batch()
+    net = _mlp(optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-2))
+    first, _ = net.compute_update(x, y)
+    kept = first.copy()
+    net.apply_update(first)
+    second, _ = net.compute_update(*_batch(seed=1))
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, second) and not np.shares_memory(first, net.params)
+    assert not np.array_equal(first, second)
+
+
 def test_updater_state_round_trip_gives_the_same_next_step() -> None:
     x, y = _batch()
     a = _mlp(seed=1)
