@@ -64,7 +64,11 @@ class MeshAnnouncer:
         self.changed = True
 
     def replied(self, node_id: int, version: int) -> None:
-        self.sent[node_id] = version
+        """A JOIN_REPLY holding ``version`` went to ``node_id``. A node takes the first reply to its
+        token and ignores the later ones (answers to a JOIN it sent again while the first reply was on
+        its way), so a repeated reply never counts as delivering the newer mesh it holds: the next
+        broadcast still sends that version (a node that did take it drops the MESH as old)."""
+        self.sent.setdefault(node_id, version)
 
     def removed(self, node_id: int) -> None:
         self.sent.pop(node_id, None)

@@ -133,8 +133,9 @@ class NodeMachine:
         self.restart = False  # the controller knew this node's name from an earlier join
         self.stopped: BaseException | None | bool = False  # False while running; then the error or None
         self._unknown: HeldQueue[Received] = HeldQueue()  # from routing ids not announced yet
-        # updates that raced our join reply (the controller's copies for a new member, a parent that knew
-        # of us first): handled once the reply announced their senders, else quietly dropped
+        # updates and meshes that raced our join reply (the controller's copies for a new member, a parent
+        # that knew of us first, a newer mesh): handled once the reply announced their senders, else
+        # quietly dropped
         self._joining: HeldQueue[Received] = HeldQueue()
 
     # ------------------------------------------------------------------ what the facade reads
@@ -329,7 +330,10 @@ class NodeMachine:
         else:
             sender = view.routes.sender(event.routing_id)
             if sender is None and view.state is NodeState.JOINING:
-                if not held and msg.op in (Op.UPDATE, Op.UPDATES) and self._joining.hold(view.now, event):
+                # a MESH too: the controller counts it delivered (later meshes are sent only to members
+                # behind them), and it may pass the join reply, which comes on our other connection
+                if (not held and msg.op in (Op.UPDATE, Op.UPDATES, Op.MESH)
+                        and self._joining.hold(view.now, event)):
                     self.counters_.add("held_while_joining")
                 else:
                     self.counters_.add("ignored_while_joining")  # e.g. the controller's beat racing our reply

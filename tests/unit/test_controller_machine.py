@@ -88,6 +88,22 @@ def test_a_join_is_answered_with_an_id_the_mesh_and_the_routes_and_opens_a_conne
     assert m.counters["joins"] == 1
 
 
+def test_a_member_whose_join_was_answered_twice_still_hears_of_the_joins_between() -> None:
+    """The node takes the first reply to its token and ignores the repeat (its JOIN went out again while
+    the first reply was on its way): the newer mesh in the repeat is not delivered, a MESH must follow."""
+    m = machine()
+    join(m, 1, 0.1)
+    _, first = join(m, 2, 0.2)
+    (reply,) = [a for a in first if isinstance(a, Reply)]
+    assert [n[0] for n in reply.message["mesh"]["nodes"]] == [0, 1, 2]  # what node 2 installs
+    join(m, 3, 0.25)
+    join(m, 2, 0.3)  # node 2's JOIN again: answered with the mesh holding node 3, which it ignores
+    meshes = [a for a in m.handle(Tick(), 0.5) if isinstance(a, Send) and a.message.op is Op.MESH]
+    assert sorted(a.to for a in meshes) == [1, 2]
+    assert all(a.message["version"] == m.mesh.version for a in meshes)
+    assert not [a for a in m.handle(Tick(), 1.0) if isinstance(a, Send) and a.message.op is Op.MESH]
+
+
 def test_routes_name_only_the_ids_others_present_to_that_member() -> None:
     m = machine(mesh="mesh", fan_out=1)  # a chain: 1 under the controller, 2 under 1, 3 under 2
     sent: list[tuple[int, dict]] = []

@@ -194,6 +194,26 @@ def test_join_backs_off_then_fails_at_the_deadline():
     assert h.handle(Tick(), dt=0.05) == []  # stopped: nothing more
 
 
+def test_a_mesh_that_passes_the_join_reply_is_installed_after_it():
+    """The join reply comes on the node's own connection, the controller's MESH on its ROUTER: the MESH
+    naming a member that joined just after us may be handled first. The controller counts it
+    delivered and will not send it again, so it is held until the reply, not dropped."""
+    h = Harness()
+    h.start()
+    h.add(1)
+    answer = h.mesh.to_dict()  # the reply's mesh: version 1, node 1 alone
+    h.mesh_update(2)  # version 2 (node 2 joined), on the ROUTER, before the reply is handled
+    assert h.machine.state is NodeState.JOINING and h.machine.mesh is None
+    token = h.machine.timers.token
+    h.from_ctrl(Message(Op.JOIN_REPLY, {"node_id": 1, "mesh": answer, "restart": False, "heartbeat_s": 1.0,
+                                        "missed_beats": 3, "token": token, "routes": {0: CTRL_RID.hex()}},
+                        src=0), own_connection=True)
+    assert h.machine.mesh.version == 2 and 2 in h.machine.mesh
+    h.catch_up()
+    h.from_ctrl(update(2, 1, src=0))  # node 2's update, relayed by the controller: node 2 is known
+    assert h.machine.counters_["updates_applied"] == 1 and h.rejected("bad_origin") == 0
+
+
 def test_a_late_join_reply_to_an_old_token_is_ignored():
     h = Harness()
     h.start()
