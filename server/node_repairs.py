@@ -2,6 +2,16 @@
 beats are sent again, a departed member's updates only this node still holds are handed up, and a
 node behind on some origin for two beats re-syncs.
 
+"Behind" is exact only where the missing copies would have come on the controller's own pipe (PLAIN,
+or a member whose parent is the controller): the watermark beat travels behind them, so a gap it
+shows is a copy that was dropped. A member below another node hears the other origins through that
+parent, which the controller's beat may overtake: a parent starved for a few beats (a loaded machine)
+but still alive holds the copies, and re-syncing for it downloads the whole model for nothing. There
+the gap must also have stood still for the liveness timeout (``heartbeat_s * missed_beats``, on this
+node's clock): a parent silent that long is declared offline and this node is given another, and a
+gap that outlives it is a loss. Counting beats alone would not do: beats that queued while this node
+was starved are read in one burst and span no time.
+
 ``BeatRepairs`` owns the last watermarks and when each repair last ran; it is given the node's view,
 its update path (the dedup state, the own numbering and the replay ring the re-sends come from) and
 its sync path (for the re-sync).
@@ -28,13 +38,19 @@ class BeatRepairs:
 
     def __init__(self, view: NodeView, updates: UpdatePath, sync: SyncPath) -> None:
         self.view, self.updates, self.sync = view, updates, sync
-        self._watermarks: deque[tuple[dict, int, dict]] = deque(maxlen=3)  # (theirs, own seq, ours)
+        # (theirs, own seq, ours, when it arrived), one per watermark beat since the last download
+        self._watermarks: deque[tuple[dict, int, dict, float]] = deque(maxlen=self._history())
         self._last_resend = -1e18
         self._last_departed_resend: dict[int, float] = {}  # departed origin -> when we last re-sent for it
 
+    def _history(self) -> int:
+        """Beats kept: two beats back, or as many as span the liveness timeout (and a spare)."""
+        return max(3, self.view.config.missed_beats + 3)
+
     def caught_up(self) -> None:
-        """A download was installed: the watermarks from before it say nothing about the new replica."""
-        self._watermarks.clear()
+        """A download was installed: the watermarks from before it say nothing about the new replica
+        (the pace the join reply set is known by now: the history is sized for it)."""
+        self._watermarks = deque(maxlen=self._history())
 
     def rejoining(self) -> None:
         self._last_departed_resend = {}
@@ -52,11 +68,11 @@ class BeatRepairs:
         if view.state is not NodeState.RUNNING:
             return
         mine = updates.seen.watermark()
-        self._watermarks.append((latest, updates.seq, mine))
-        if len(self._watermarks) < self._watermarks.maxlen:
+        self._watermarks.append((latest, updates.seq, mine, view.now))
+        if len(self._watermarks) < 3:
             return
         # two beats ago; a gap is what is still missing AND not moving: a slow path (a backlog) moves
-        old, own_seq_then, mine_then = self._watermarks[0]
+        old, own_seq_then, _, _ = self._watermarks[-3]
         quiet = view.config.heartbeat_s * view.config.missed_beats
         acknowledged = latest.get(view.node_id, 0)
         stuck = acknowledged == old.get(view.node_id, 0)
@@ -64,12 +80,26 @@ class BeatRepairs:
             self._last_resend = view.now
             self._resend_own(acknowledged, own_seq_then)
         self._resend_departed(latest, old, quiet)
-        behind = [o for o, w in old.items()
-                  if o != view.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
+        behind = self._behind(mine, quiet)
         if behind and view.now - self.sync.download.last_sync > quiet:
             view.log.warning("node %d is behind the controller for origins %s: re-syncing", view.node_id,
                              behind[:8])
             self.sync.begin(f"behind for origins {behind[:8]}")
+
+    def _behind(self, mine: dict[int, int], quiet: float) -> list[int]:
+        """Origins this node lacks copies of: below the controller's watermark of a beat at least two
+        beats back, and not moved since. Below a relay node that beat must also have arrived at least
+        ``quiet`` ago (see the module docstring); none that old yet: nothing is called lost."""
+        view = self.view
+        entries = list(self._watermarks)[:-2]  # at least two beats back, newest last
+        mesh = view.mesh
+        if mesh is not None and view.node_id in mesh and mesh.parent(view.node_id) != CONTROLLER_ID:
+            entries = [e for e in entries if view.now - e[3] >= quiet]
+        if not entries:
+            return []
+        old, _, mine_then, _ = entries[-1]
+        return [o for o, w in old.items()
+                if o != view.node_id and mine.get(o, 0) < w and mine.get(o, 0) == mine_then.get(o, 0)]
 
     def _prune_origins(self, latest: dict[int, int]) -> None:
         """Forget what the controller forgot: departed origins no longer in its watermark."""

@@ -349,6 +349,48 @@ def test_no_resync_while_the_gap_is_moving():
     assert not h.sent(actions, Op.PARAMS_REQUEST) and h.machine.state is NodeState.RUNNING
 
 
+def below_node_1() -> Harness:
+    """Node 3 in a MESH of fan-out 2, a child of node 1: node 2's updates reach it through node 1."""
+    h = Harness("mesh", fan_out=2)
+    h.add(1, 2)  # the controller's children
+    h.routes.update({1: rid(1).hex(), 2: rid(2).hex()})
+    h.join(3, others=(4,))
+    h.catch_up()
+    assert h.mesh.parent(3) == 1 and h.machine.state is NodeState.RUNNING
+    return h
+
+
+def test_no_resync_below_a_relay_that_is_slow_for_less_than_the_liveness_timeout():
+    """The controller's beat overtakes the copies a starved (live) parent still holds: no download."""
+    h = below_node_1()
+    h.beat({2: 2}, dt=4.0)  # node 2's updates 1 and 2 are in the master, still inside node 1 here
+    h.beat({2: 2})
+    actions = h.beat({2: 2})  # two beats later (2 s), not moved: a gap, but not older than 3 s
+    assert not h.sent(actions, Op.PARAMS_REQUEST) and h.machine.state is NodeState.RUNNING
+    # three beats that queued while this node was starved, read at once: they span no time
+    for _ in range(3):
+        actions = h.beat({2: 2}, dt=0.0)
+        assert not h.sent(actions, Op.PARAMS_REQUEST)
+    h.from_node(update(2, 1, src=1), 1)  # the parent is back: the copies arrive
+    h.from_node(update(2, 2, src=1), 1)
+    for _ in range(5):
+        actions = h.beat({2: 2})
+        assert not h.sent(actions, Op.PARAMS_REQUEST)
+    assert h.machine.state is NodeState.RUNNING and h.machine.counters_["resyncs"] == 1
+    assert h.machine.counters_["updates_applied"] == 2
+
+
+def test_resync_below_a_relay_once_the_gap_outlives_the_liveness_timeout():
+    h = below_node_1()
+    h.beat({2: 2}, dt=4.0)
+    for _ in range(2):
+        actions = h.beat({2: 2})
+        assert not h.sent(actions, Op.PARAMS_REQUEST)
+    actions = h.beat({2: 2})  # 3 s after the first beat that showed the gap: a loss
+    assert h.sent(actions, Op.PARAMS_REQUEST, 0)
+    assert h.machine.state is NodeState.SYNCING and h.machine.counters_["resyncs"] == 2
+
+
 def test_own_updates_the_controller_lacks_are_sent_again():
     h = joined()
     for index in (1, 2, 3):
