@@ -43,6 +43,12 @@ def test_a_join_burst_of_a_large_model_loses_no_member(cluster, mesh: str) -> No
     ]
 
     def done(status: dict) -> bool:
+        # fail at once, naming the cause, where the wait could only run out: a download covers the
+        # updates it holds, which then never count as applied at that node
+        assert status["counters"]["offline"] == 0 and not status["departed"], \
+            f"a member was declared offline: {status['departed']}"
+        again = {n["id"]: n["stats"]["resyncs"] for n in status["nodes"] if n["stats"].get("resyncs", 0) > 1}
+        assert not again, f"nodes downloaded the master copy again (their resyncs): {again}"
         online = [n for n in status["nodes"] if n["state"] == "online"]
         return (
             len(online) == NODES
