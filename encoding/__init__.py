@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         SampledQuantileThreshold,
         TargetSparsityThreshold,
         dl4j_threshold,
+        shared_training_threshold,
         threshold_algorithm_from_state,
     )
 
@@ -69,6 +70,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     )},
     "SampledQuantileThreshold": ("psrv.encoding.thresholds", "SampledQuantileThreshold"),
     "dl4j_threshold": ("psrv.encoding.thresholds", "dl4j_threshold"),
+    "shared_training_threshold": ("psrv.encoding.thresholds", "shared_training_threshold"),
 }
 
 
@@ -115,6 +117,7 @@ __all__ = [
     "parse_message",
     "post_processor_from_state",
     "preload_kernels",
+    "shared_training_threshold",
     "sparse_message",
     "threshold_algorithm_from_state",
 ]

@@ -17,12 +17,16 @@ from typing import Any, ClassVar
 import numpy as np
 from psrv.encoding.errors import InvalidStateError
 from psrv.encoding.strategies import ThresholdAlgorithm
+from psrv.encoding.update_header import packed_message_bytes_bound
 
 #: one step of the adaptive schedules; 20 steps halve (or double) tau, as in DL4J
 DEFAULT_DECAY = 0.5 ** (1 / 20)
 #: tau is kept inside these bounds so it always stays a normal, positive float32
 MIN_THRESHOLD = 1e-30
 MAX_THRESHOLD = 1e30
+#: the least share of ``sparsity``'s elements a byte budget leaves a message: below about 700 parameters
+#: 1 % of a dense update holds a handful of elements or none, and such messages would carry too little
+BUDGET_FLOOR = 1 / 3
 
 
 def _positive(name: str, value: float) -> float:
@@ -172,12 +176,23 @@ class SampledQuantileThreshold(_Base):
     ``warmup_sparsity`` of the elements and the fraction falls geometrically to ``sparsity`` over
     ``warmup`` steps, so less of the first steps' updates waits in the residual, at the price of
     bigger first messages. The step count is part of the state (a resumed fit goes on where it was).
+
+    ``byte_budget`` (a fraction of a dense float32 update, 4 bytes an element; None: no budget): a
+    message aims at no more elements than fit in that share of the dense bytes once packed
+    (``psrv.encoding.update_header.packed_message_bytes_bound``). It binds on small models only, where a
+    message's 16-byte header and its coding cost more per element: at 0.01 beside 3 % of the elements,
+    below about 2,000 parameters (a model of 788 sends 9 elements where 3 % would be 24); above that 3 %
+    fits inside it. It never cuts a message below ``BUDGET_FLOOR`` (a third) of ``sparsity``'s
+    elements: below about 700 parameters, where the budget would leave fewer, it is exceeded rather
+    than every message starved. The residual's size comes from ``sample_stride(n)`` or
+    ``prepare``, which the encoder calls before every encoding (``prepare_sample`` called alone takes
+    its sample's length for it).
     """
 
-    _fields = ("sparsity", "sample", "initial", "warmup", "warmup_sparsity")
+    _fields = ("sparsity", "sample", "initial", "warmup", "warmup_sparsity", "byte_budget")
 
     def __init__(self, sparsity: float = 9e-3, sample: int = 65536, initial: float = 1e-3,
-                 warmup: int = 0, warmup_sparsity: float = 0.1) -> None:
+                 warmup: int = 0, warmup_sparsity: float = 0.1, byte_budget: float | None = None) -> None:
         self.sparsity = _positive("sparsity", sparsity)
         if self.sparsity >= 1:
             raise ValueError(f"sparsity must be in (0, 1), got {sparsity}")
@@ -194,8 +209,16 @@ class SampledQuantileThreshold(_Base):
         if warmup and self.warmup_sparsity < self.sparsity:  # without a warm-up it is never used
             raise ValueError(f"warmup_sparsity must be in [sparsity, 1) for a warm-up, got {warmup_sparsity} "
                              f"(sparsity {self.sparsity})")
+        if byte_budget is not None:
+            byte_budget = _positive("byte_budget", byte_budget)
+            if byte_budget > 1:
+                raise ValueError(f"byte_budget must be a fraction of a dense update's bytes in (0, 1], "
+                                 f"got {byte_budget}")
+        self.byte_budget = byte_budget
         self.threshold = self.initial
         self.steps = 0
+        self._size: int | None = None  # the residual's, as the encoder last said
+        self._budgeted: tuple[int, int] = (-1, 0)  # (n, budget_elements(n)), the last one asked
 
     @classmethod
     def for_steps(cls, steps: int, sparsity: float = 9e-3, **settings: Any) -> SampledQuantileThreshold:
@@ -215,13 +238,31 @@ class SampledQuantileThreshold(_Base):
             return self.sparsity
         return self.warmup_sparsity * (self.sparsity / self.warmup_sparsity) ** (self.steps / self.warmup)
 
+    def budget_elements(self, n: int) -> int | None:
+        """The most elements a message of a residual of ``n`` elements aims at within ``byte_budget``
+        (at least 1); None without a budget."""
+        if self.byte_budget is None:
+            return None
+        if self._budgeted[0] == n:
+            return self._budgeted[1]
+        allowed = self.byte_budget * 4 * n
+        low, high = 1, max(1, n)  # the bound grows with the count: the largest count within it
+        while low < high:
+            middle = (low + high + 1) // 2
+            if packed_message_bytes_bound(middle, n) <= allowed:
+                low = middle
+            else:
+                high = middle - 1
+        self._budgeted = (n, low)
+        return low
+
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "steps": self.steps}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]):
-        if isinstance(state, Mapping):  # a state saved before the warm-up existed has none
-            state = {"warmup": 0, "warmup_sparsity": 0.1, **state}
+        if isinstance(state, Mapping):  # a state saved before the warm-up or the budget existed has none
+            state = {"warmup": 0, "warmup_sparsity": 0.1, "byte_budget": None, **state}
         algorithm = super().from_state(state)
         steps = state.get("steps", 0)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
@@ -239,7 +280,9 @@ class SampledQuantileThreshold(_Base):
         return averaged
 
     def sample_stride(self, n: int) -> int:
-        """Every how many elements ``prepare`` samples a residual of ``n`` elements."""
+        """Every how many elements ``prepare`` samples a residual of ``n`` elements (and the size the
+        byte budget is counted against for the sample that follows)."""
+        self._size = n
         return max(1, -(-n // self.sample))
 
     def prepare(self, residual: Any) -> None:
@@ -259,6 +302,10 @@ class SampledQuantileThreshold(_Base):
         sparsity = self.current_sparsity()
         self.steps += 1
         rank = max(1, math.ceil(len(picked) * sparsity))  # the rank-th largest |r| of the sample
+        if self.byte_budget is not None:
+            size = self._size if self._size is not None and self._size >= len(picked) else len(picked)
+            within = max(1, len(picked) * self.budget_elements(size) // size)
+            rank = min(rank, max(within, math.ceil(len(picked) * sparsity * BUDGET_FLOOR)))
         if isinstance(picked, np.ndarray):
             magnitudes = np.abs(picked)
             tau = float(np.partition(magnitudes, len(magnitudes) - rank)[len(magnitudes) - rank])
@@ -276,6 +323,19 @@ class SampledQuantileThreshold(_Base):
 
     def observe(self, count: int, n: int) -> None:
         _check_observation(count, n)
+
+
+#: the shared-training default's fraction of the elements a message and its budget of a dense
+#: update's bytes (``shared_training_threshold``)
+SHARED_TRAINING_SPARSITY = 0.03
+SHARED_TRAINING_BYTE_BUDGET = 0.01
+
+
+def shared_training_threshold(sparsity: float = SHARED_TRAINING_SPARSITY) -> SampledQuantileThreshold:
+    """The threshold ``SharedTrainingMaster`` and ``TorchEstimator`` use unless given one: tau at the
+    3 % quantile of each step's residual, within 1 % of a dense update's bytes (fewer elements on models
+    below about 2,000 parameters; README's "How much a step learns")."""
+    return SampledQuantileThreshold(sparsity=sparsity, byte_budget=SHARED_TRAINING_BYTE_BUDGET)
 
 
 def dl4j_threshold() -> AdaptiveThreshold:

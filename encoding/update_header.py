@@ -177,6 +177,19 @@ def packed_body_bytes(count: int, n: int) -> tuple[int, int]:
             (RICE_K_BITS + PACKED_MAX_ELEMENT_BITS * count + n + 7) // 8)
 
 
+def packed_message_bytes_bound(count: int, n: int) -> int:
+    """The most bytes a message of ``count`` of ``n`` elements takes once packed (header included): the
+    Rice code with the parameter that packs it into the fewest bits never takes more than any k's
+    ``5 + count * (k + 2) + (n - count) // 2**k`` bits, as the gaps less one sum to at most n - count;
+    ``compact`` keeps the sparse or bitmap form only where that is smaller still. A threshold that
+    budgets bytes (``SampledQuantileThreshold(byte_budget=)``) asks it before it chooses a count."""
+    if count <= 0:
+        return 4 * HEADER_WORDS
+    spare = max(0, n - count)
+    bits = min(RICE_K_BITS + count * (k + 2) + (spare >> k) for k in range(MAX_RICE_K + 1))
+    return 4 * (HEADER_WORDS + (bits + 31) // 32)
+
+
 def bitmap_words(n: int) -> int:
     """Number of bitmap words for a vector of n elements."""
     return (n + WORD_ELEMENTS - 1) // WORD_ELEMENTS
@@ -300,6 +313,7 @@ __all__ = [
     "check_too_short",
     "fields_row",
     "packed_body_bytes",
+    "packed_message_bytes_bound",
     "parse_fields",
     "parse_row",
     "payload_header",

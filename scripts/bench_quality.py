@@ -70,7 +70,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "dl4jown": "sharing, DL4J τ, own point, momentum ** workers",
           "quantown": "sharing, quantile τ, steps from own point",
           "quant3": "sharing, quantile τ at 3 %, steps from own point",
-          "default": "sharing, default (quantile τ at 3 %, own point, momentum ** workers, local steps auto)",
+          "default": "sharing, default (quantile τ at 3 % within 1 % of the bytes, own point, "
+                     "momentum ** workers, local steps auto)",
           "onestep": "sharing, default with 1 step a message (local_steps=1)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
@@ -112,7 +113,12 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from psrv.encoding import ResidualClipping, SampledQuantileThreshold, dl4j_threshold
+    from psrv.encoding import (
+        ResidualClipping,
+        SampledQuantileThreshold,
+        dl4j_threshold,
+        shared_training_threshold,
+    )
     from quality import harness, tasks
 
     name, optimizer, workers, seed, method, delay, jitter, epochs = job[:8]
@@ -140,11 +146,11 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
         result = harness.parameter_averaging(task, setting)
     elif method in ("gradients", "gradlin"):  # the gradients shared, every replica's optimizer stepping
         setting.lr = lr * (workers if method == "gradlin" else 1)
-        gradients = harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
+        gradients = harness.Sharing(lambda: shared_training_threshold(sparsity),
                                     lambda: ResidualClipping(5, 5))
         result = harness.compressed_gradients(task, setting, gradients, label(method))
     else:
-        onestep = harness.Sharing(lambda: SampledQuantileThreshold(sparsity=sparsity),
+        onestep = harness.Sharing(lambda: shared_training_threshold(sparsity),
                                   lambda: ResidualClipping(5, 5), own_point=True, scale_momentum=True)
         # the shipped default's local_steps="auto", decided by the product's own rule for this task's model
         default = dataclasses.replace(onestep, local_steps=auto_local_steps(task, setting)) \

@@ -7,7 +7,8 @@ version, op and sender, in msgpack) and the node's heartbeats share the link. Fo
 fixed cost is a large part of what a step sends.
 
 This starts a real controller and node on loopback, submits ``--updates`` packed updates per model
-size at the quality default's density (``--sparsity``, 3 % of the elements) with ``--gap-ms``
+size as the shipped default threshold makes them (``psrv.encoding.shared_training_threshold``: 3 % of
+the elements, ``--sparsity``, fewer where a message would take over 1 % of a dense update) with ``--gap-ms``
 between them (a training step), waits for the controller's acknowledgement, and prints per update:
 the payload, the node's ``bytes_out`` (every frame it sent, heartbeats included), the difference,
 and both against a dense update of the model (4 bytes a parameter, what synchronous averaging sends
@@ -25,7 +26,7 @@ import sys
 import time
 
 import numpy as np
-from psrv.encoding import compact, encode
+from psrv.encoding import compact, encode, shared_training_threshold
 from psrv.server import Controller, Node
 from psrv.transport import TransportConfig
 
@@ -46,7 +47,9 @@ def measure(params: int, sparsity: float, updates: int, gap_s: float, seed: int 
         payload = 0
         for step in range(updates):
             residual = rng.standard_normal(params).astype(np.float32)
-            tau = float(np.quantile(np.abs(residual), 1.0 - sparsity))
+            threshold = shared_training_threshold(sparsity)  # the default's τ, its byte budget included
+            threshold.prepare(residual)
+            tau = threshold.threshold
             message = compact(encode(residual, tau))
             payload += int(message.nbytes)
             node.submit(message, iteration=step, epoch=0, apply_locally=True)
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--params", default=",".join(map(str, TASK_PARAMS)),
                         help="comma-separated model sizes (default: the quality harness's four tasks)")
-    parser.add_argument("--sparsity", type=float, default=0.03, help="fraction of the elements per update")
+    parser.add_argument("--sparsity", type=float, default=0.03,
+                        help="fraction of the elements per update, within the default's byte budget")
     parser.add_argument("--updates", type=int, default=200, help="updates per model size")
     parser.add_argument("--gap-ms", type=float, default=10.0, help="pause between two updates (a step)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per size (the table shows medians)")

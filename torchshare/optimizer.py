@@ -85,7 +85,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     ``threshold_algorithm`` / ``post_processor``: psrv.encoding's (default: DL4J's ``dl4j_threshold()``,
     i.e. ``AdaptiveThreshold(1e-3)``, and ``ResidualClipping(5, 5)``; ``SharedTrainingMaster`` and
-    ``TorchEstimator`` default to ``SampledQuantileThreshold(sparsity=0.03)``, which costs this
+    ``TorchEstimator`` default to ``psrv.encoding.shared_training_threshold()``, which costs this
     optimizer one more pass over the parameters per step).
     ``device_encoding``: encode and decode with torch ops where the parameters live (None: off the CPU,
     as a GPU worker must; True also on the CPU, the same messages byte for byte).

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from psrv.encoding import ResidualClipping, SampledQuantileThreshold
+from psrv.encoding import ResidualClipping, shared_training_threshold
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark import strategies
@@ -82,9 +82,12 @@ _FATAL_POLL_S = 0.5  # how often the driver looks for a task's fatal error in th
 class SharedTrainingMaster:
     """Asynchronous data-parallel training by sharing threshold-encoded updates (gradient sharing).
 
-    The default threshold, ``SampledQuantileThreshold(sparsity=0.03)``, takes tau from each worker's
+    The default threshold, ``psrv.encoding.shared_training_threshold()``
+    (``SampledQuantileThreshold(sparsity=0.03, byte_budget=0.01)``), takes tau from each worker's
     residual every step: about 3 % of the elements per message, which the packed wire form carries in
-    about 7.6 bits each (under 1/100 of a dense exchange's bytes), and no dense first messages. DL4J's,
+    about 7.6 bits each (under 1/100 of a dense exchange's bytes), and no dense first messages; on a
+    model below about 2,000 parameters, where a message's header weighs more, fewer elements, so that
+    a message stays within 1/100 of a dense update. DL4J's,
     ``threshold_algorithm=psrv.encoding.dl4j_threshold()`` (``AdaptiveThreshold(1e-3)``), starts at tau =
     1e-3 and sends bitmaps while Adam's first steps are larger than that. The residual post-processor is
     DL4J's ``ResidualClipping(5, 5)``. README's "How much a step learns" measures both.
@@ -156,7 +159,7 @@ class SharedTrainingMaster:
             check_batch_size(num_workers, "num_workers")
         self.num_workers = num_workers
         self.threshold_algorithm = threshold_algorithm if threshold_algorithm is not None \
-            else SampledQuantileThreshold(sparsity=0.03)
+            else shared_training_threshold()
         self.residual_post_processor = residual_post_processor if residual_post_processor is not None \
             else ResidualClipping(5, 5)
         for name, value in (("threshold_algorithm", self.threshold_algorithm),

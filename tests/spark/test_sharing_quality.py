@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
-from psrv.encoding import ResidualClipping, SampledQuantileThreshold, dl4j_threshold  # noqa: E402
+from psrv.encoding import ResidualClipping, dl4j_threshold, shared_training_threshold  # noqa: E402
 from psrv.nn import TorchNetwork  # noqa: E402
 from psrv.spark import SharedTrainingMaster  # noqa: E402
 from psrv.spark.ml import TorchEstimator  # noqa: E402
@@ -52,7 +52,7 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
         dl4j_threshold() if threshold == "dl4j" else None), local_steps=local_steps)
     assert isinstance(master.residual_post_processor, ResidualClipping) and master.step_from == "own"
     if threshold == "default":
-        assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
+        assert master.threshold_algorithm == shared_training_threshold()
     rows = [(row.tolist(), int(label)) for row, label in zip(x_train, y_train, strict=True)]
     frame = spark.createDataFrame(rows, ["features", "label"])
     model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=(16,), epochs=EPOCHS, seed=0,
@@ -86,3 +86,35 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
         assert group["momentum"] == 0.9 and group["lr"] == 0.01
     if threshold == "default":
         assert fit["bytes_sent"] <= fit["dense_bytes"] / 100  # the last epoch's messages: <= 1/100 of dense
+
+
+def test_a_small_models_messages_stay_within_the_byte_budget_and_learn_as_one_process(spark) -> None:
+    """A model of 963 parameters, where 3 % of the elements would take over 1/100 of a dense update
+    in a packed message (its 16-byte header is 0.4 % of the 3,852 dense bytes): the default's byte
+    budget reaches the workers, every message of the fit stays within it, and the model still learns
+    what one process learns in the same epochs."""
+    x, y = sklearn_datasets.make_classification(n_samples=2400, n_features=16, n_informative=8, n_redundant=4,
+                                                n_classes=3, class_sep=2.0, random_state=3)
+    x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
+    x_train, y_train, x_test, y_test = x[:1920], y[:1920], x[1920:], y[1920:]
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.ReLU(), torch.nn.Linear(48, 3))
+    assert sum(p.numel() for p in module.parameters()) == 963
+    reference = TorchNetwork(copy.deepcopy(module), torch.nn.CrossEntropyLoss(), (16,), seed=0,
+                             optimizer=_optimizer("adam"))
+    reference.fit((x_train, y_train), epochs=3, batch_size=32)
+    alone = float(np.mean(reference.predict(x_test) == y_test))
+    master = SharedTrainingMaster(batch_size_per_worker=32, num_workers=2)
+    assert master.threshold_algorithm.budget_elements(963) == 18  # 3 % would be 29
+    frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(x_train, y_train,
+                                                                                    strict=True)],
+                                  ["features", "label"])
+    model = TorchEstimator(module, torch.nn.CrossEntropyLoss(), input_shape=(16,), epochs=3, seed=0,
+                           optimizer=_optimizer("adam"), training_master=master).fit(frame)
+    shared = float(np.mean(model.network.predict(x_test) == y_test))
+    fit = master.last_fit
+    assert fit["replicas_diverged"] == 0 and fit["updates_missing"] == 0
+    assert fit["messages"] == fit["steps"] > 0
+    assert fit["bytes_sent"] <= fit["dense_bytes"] / 100, (fit["bytes_sent"], fit["dense_bytes"])
+    assert fit["bytes_sent"] / fit["messages"] <= 4 * (4 + 5)  # a header and at most 5 words of 18 elements
+    assert shared >= alone - 0.02, (shared, alone)

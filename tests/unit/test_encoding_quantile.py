@@ -13,9 +13,13 @@ from psrv.encoding import (
     ResidualClipping,
     ResidualEncoder,
     SampledQuantileThreshold,
+    compact,
+    encode,
     message_info,
+    shared_training_threshold,
     threshold_algorithm_from_state,
 )
+from psrv.encoding.update_header import packed_message_bytes_bound
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.spark.driver import checkpoints
 
@@ -65,7 +69,7 @@ def test_adam_like_first_steps_send_no_dense_bitmap() -> None:
 
 
 STATES = [SampledQuantileThreshold(), SampledQuantileThreshold(sparsity=1e-2, sample=4096, initial=0.5),
-          SampledQuantileThreshold(warmup=7, warmup_sparsity=0.2)]
+          SampledQuantileThreshold(warmup=7, warmup_sparsity=0.2), shared_training_threshold()]
 
 
 @pytest.mark.parametrize("algorithm", STATES)
@@ -168,3 +172,90 @@ def test_for_steps_sends_one_over_the_run_length_within_its_bounds_and_round_tri
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="steps"):
             SampledQuantileThreshold.for_steps(bad)
+
+
+def test_the_packed_bound_holds_for_any_set_of_elements() -> None:
+    """``packed_message_bytes_bound`` is never below what ``compact`` makes of a message: clustered,
+    spread and random index sets, small and large vectors; it grows with the count."""
+    rng = np.random.default_rng(11)
+    for n in (1, 17, 300, 788, 5000, 100_000):
+        for count in sorted({1, 2, max(1, n // 100), max(1, n // 30), max(1, n // 3), n}):
+            count = min(count, n)
+            layouts = [np.arange(count), np.arange(n - count, n),
+                       np.linspace(0, n - 1, count).astype(np.int64),
+                       np.sort(rng.choice(n, size=count, replace=False))]
+            bound = packed_message_bytes_bound(count, n)
+            for indices in layouts:
+                residual = np.zeros(n, np.float32)  # the encoder picks the sparse or the bitmap form
+                residual[indices] = np.where(rng.random(count) < 0.5, -1.0, 1.0)
+                message = encode(residual, 0.5)
+                assert message_info(message).count == count
+                assert compact(message).nbytes <= bound, (n, count)
+        counts = range(1, min(n, 400) + 1)
+        assert all(packed_message_bytes_bound(a, n) <= packed_message_bytes_bound(a + 1, n)
+                   for a in counts[:-1])
+
+
+def _messages(n: int, threshold_algorithm, steps: int = 40, seed: int = 5) -> list[np.ndarray]:
+    """The compacted messages of ``steps`` random steps of ``n`` elements, through the encoder's
+    plain, fused-difference and implicit-residual paths in turn."""
+    rng = np.random.default_rng(seed)
+    encoder = ResidualEncoder(n, threshold_algorithm=threshold_algorithm)
+    live, step = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    out = []
+    for i in range(steps):
+        update = (1e-3 * rng.normal(size=n)).astype(np.float32)
+        if i % 3 == 0:
+            message = encoder.encode_update(update)
+        elif i % 3 == 1:
+            before = rng.normal(size=n).astype(np.float32)
+            message = encoder.encode_difference(before + update, before)
+        else:
+            step += update
+            message = encoder.encode_gap(step, live)
+        out.append(compact(message))
+    return out
+
+
+def test_a_byte_budget_keeps_a_small_models_messages_within_it_and_leaves_larger_ones_alone() -> None:
+    """The shared-training default on a model of 788 parameters: 9 elements a message, none over 1 %
+    of the dense 3,152 bytes, where 3 % alone sends 24 and 40 bytes; on 20,000 parameters the budget
+    does not bind and the messages are the unbudgeted ones, byte for byte."""
+    budgeted = _messages(788, shared_training_threshold())
+    plain = _messages(788, SampledQuantileThreshold(sparsity=0.03))
+    assert [message_info(m).count for m in budgeted] == [9] * 40
+    assert max(m.nbytes for m in budgeted) <= 0.01 * 4 * 788
+    assert [message_info(m).count for m in plain] == [24] * 40
+    assert min(m.nbytes for m in plain) > 0.01 * 4 * 788
+    assert shared_training_threshold().budget_elements(788) == 9
+    large = _messages(20_000, shared_training_threshold(), steps=12)
+    unbudgeted = _messages(20_000, SampledQuantileThreshold(sparsity=0.03), steps=12)
+    assert [m.tobytes() for m in large] == [m.tobytes() for m in unbudgeted]
+    assert SampledQuantileThreshold(sparsity=0.03).budget_elements(788) is None
+
+
+def test_a_byte_budget_leaves_at_least_a_third_of_the_elements() -> None:
+    """Below about 700 parameters 1 % of a dense update holds a handful of elements or none: the
+    budget then gives way to a third of ``sparsity``'s elements rather than starve every message."""
+    assert shared_training_threshold().budget_elements(300) == 1
+    assert [message_info(m).count for m in _messages(300, shared_training_threshold(), steps=6)] == [3] * 6
+    assert [message_info(m).count for m in _messages(300, SampledQuantileThreshold(0.03), steps=6)] == [9] * 6
+
+
+def test_a_byte_budget_round_trips_and_bad_budgets_are_refused() -> None:
+    algorithm = shared_training_threshold()
+    algorithm.prepare(np.random.default_rng(2).normal(size=788).astype(np.float32))
+    state = algorithm.get_state()
+    assert state["byte_budget"] == 0.01 and state["sparsity"] == 0.03
+    for copied in (json.loads(json.dumps(state)), msgpack.unpackb(msgpack.packb(state))):
+        restored = threshold_algorithm_from_state(copied)
+        assert restored == algorithm and restored.threshold == algorithm.threshold and restored.steps == 1
+    old = {k: v for k, v in state.items() if k != "byte_budget"}  # saved before the budget existed
+    assert threshold_algorithm_from_state(old).byte_budget is None
+    with pytest.raises(InvalidStateError, match="different settings"):
+        SampledQuantileThreshold.average([algorithm, SampledQuantileThreshold(sparsity=0.03)])
+    for bad in (0, -0.01, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="byte_budget"):
+            SampledQuantileThreshold(byte_budget=bad)
+        with pytest.raises(InvalidStateError, match="byte_budget"):
+            threshold_algorithm_from_state({**state, "byte_budget": bad})

@@ -77,12 +77,12 @@ def test_storage_level_reaches_the_default_master_and_is_refused_for_a_given_one
 
 
 def test_scale_momentum_reaches_the_default_master_and_is_refused_for_a_given_one() -> None:
-    from psrv.encoding import SampledQuantileThreshold
+    from psrv.encoding import shared_training_threshold
     from psrv.spark import SharedTrainingMaster
 
     master = _estimator()._master()
     assert master.scale_momentum is True
-    assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
+    assert master.threshold_algorithm == shared_training_threshold()
     assert _estimator().getScaleMomentum() is True
     assert _estimator(scale_momentum=False)._master().scale_momentum is False
     assert _estimator(scaleMomentum=False).getScaleMomentum() is False  # Spark's own name

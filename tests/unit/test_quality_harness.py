@@ -469,12 +469,13 @@ def test_the_sparsity_and_interleaving_of_a_run_reach_it_and_name_its_rows(monke
     monkeypatch.setattr(harness, "sharing", recording)
     base = ("tiny", "adam", 2, 0, "default", 0, 0, 0)
     plain = bench_quality._run(base)
-    denser = bench_quality._run((*base, 0.08))
+    # a third of 0.24 of 75 elements is 6, where 0.03 gives the floor of 1
+    denser = bench_quality._run((*base, 0.24))
     interleaved = bench_quality._run((*base, 0.0, True))
     assert denser["bytes"] > plain["bytes"] > 0
     assert schedules == [False, False, True]
     rows = [bench_quality.table([run], 0.5)[2].split(" | ")[0] for run in (plain, denser, interleaved)]
-    assert rows == ["| tiny", "| tiny, sparsity 0.08", "| tiny, interleaved"]
+    assert rows == ["| tiny", "| tiny, sparsity 0.24", "| tiny, interleaved"]
     script = str(ROOT / "scripts" / "bench_quality.py")
     refused = subprocess.run([sys.executable, script, "--sparsity", "1.5"], capture_output=True, text=True,
                              timeout=120)

@@ -373,14 +373,14 @@ def test_the_defaults_are_dl4js_threshold_and_the_masters_clipping_and_momentum_
     which Adam's whole first step would be sent) and the clipping a Spark fit starts from; the master's
     threshold is the 3 % quantile, which would cost this optimizer a pass more per step. Its momentum is
     the user's unless scale_momentum is asked for."""
-    from psrv.encoding import SampledQuantileThreshold, dl4j_threshold
+    from psrv.encoding import dl4j_threshold, shared_training_threshold
     from psrv.spark import SharedTrainingMaster
 
     model = _model()
     wrapped = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3), model, join=False)
     master = SharedTrainingMaster(batch_size_per_worker=8)
     assert wrapped.encoder.threshold_algorithm.get_state() == dl4j_threshold().get_state()
-    assert master.threshold_algorithm == SampledQuantileThreshold(sparsity=0.03)
+    assert master.threshold_algorithm == shared_training_threshold()
     assert wrapped.encoder.post_processor.get_state() == master.residual_post_processor.get_state()
     assert wrapped.encoder.threshold_algorithm.threshold == pytest.approx(1e-3)
     assert wrapped.scale_momentum is False and master.scale_momentum is True
