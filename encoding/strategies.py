@@ -28,7 +28,8 @@ class ThresholdAlgorithm(Protocol):
     Optional members the encoder uses where present: ``prepare(residual)`` sets tau from the residual
     before each encoding (the fused step paths then write the residual out first); ``sample_stride(n)``
     with ``prepare_sample(picked)`` promise that ``prepare(r)`` is ``prepare_sample(r[::sample_stride(n)])``,
-    so those paths compute only the sampled elements (SampledQuantileThreshold).
+    so those paths compute only the sampled elements (SampledQuantileThreshold). ``message_rule(n)``
+    says in words what a message of a model of ``n`` parameters carries (the driver logs it).
     """
 
     #: the tau of the next step (positive and finite)

@@ -256,6 +256,26 @@ class SampledQuantileThreshold(_Base):
         self._budgeted = (n, low)
         return low
 
+    def message_rule(self, n: int) -> str:
+        """What a message of a residual of ``n`` elements carries, in words: the driver logs it once per
+        fit and keeps it in ``last_fit["threshold_rule"]``, so a user sees where the byte budget binds."""
+        wanted = max(1, math.ceil(n * self.sparsity))
+        head = f"tau at the {self.sparsity:.3g} quantile of each step's residual"
+        if self.byte_budget is None:
+            return f"{head}: about {wanted:,} of {n:,} elements a message"
+        within = self.budget_elements(n)
+        floor = math.ceil(n * self.sparsity * BUDGET_FLOOR)
+        budget = f"{self.byte_budget:.3g} of a dense update's {4 * n:,} bytes"
+        if wanted <= within:
+            return f"{head}: about {wanted:,} of {n:,} elements a message, within {budget}"
+        if within >= floor:
+            return (f"{head}, fewer to stay within {budget}: about {within:,} of {n:,} elements a message, "
+                    f"where {self.sparsity:.3g} would be {wanted:,}")
+        return (f"{head}: about {floor:,} of {n:,} elements a message, a third of {wanted:,}, the least the "
+                f"byte budget may leave; a message may take up to "
+                f"{packed_message_bytes_bound(floor, n):,} bytes, over {budget} "
+                f"({self.byte_budget * 4 * n:,.0f} bytes)")
+
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "steps": self.steps}
 
@@ -336,6 +356,13 @@ def shared_training_threshold(sparsity: float = SHARED_TRAINING_SPARSITY) -> Sam
     3 % quantile of each step's residual, within 1 % of a dense update's bytes (fewer elements on models
     below about 2,000 parameters; README's "How much a step learns")."""
     return SampledQuantileThreshold(sparsity=sparsity, byte_budget=SHARED_TRAINING_BYTE_BUDGET)
+
+
+def describe_threshold(algorithm: Any, n: int) -> str:
+    """A threshold algorithm's rule for a model of ``n`` parameters, in words, for the driver's log:
+    its ``message_rule(n)`` where it has one (a user's own class may not), else its repr."""
+    rule = getattr(algorithm, "message_rule", None)
+    return str(rule(n)) if callable(rule) else repr(algorithm)
 
 
 def dl4j_threshold() -> AdaptiveThreshold:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psrv.encoding import ResidualClipping, shared_training_threshold
+from psrv.encoding.thresholds import describe_threshold
 from psrv.nn.data import FileDataSetLoader
 from psrv.nn.protocol import TrainableNetwork
 from psrv.spark import strategies
@@ -280,6 +281,8 @@ class SharedTrainingMaster:
         local_steps, local_steps_rule = choose_local_steps(self.local_steps, network,
                                                            self.batch_size_per_worker, beside)
         log.info("gradient sharing: %s", local_steps_rule)
+        threshold_rule = describe_threshold(self.threshold_algorithm, network.num_params)
+        log.info("gradient sharing: %s", threshold_rule)
         setup = WorkerSetup(
             job_id=uuid.uuid4().hex[:8],
             controller_address=address,
@@ -327,7 +330,7 @@ class SharedTrainingMaster:
                 controller.stop()
             broadcast.unpersist()
         self._finish(network, setup, results, sent, final, controller_counters, started,
-                     local_steps_rule=local_steps_rule)
+                     local_steps_rule=local_steps_rule, threshold_rule=threshold_rule)
         live.end_epoch(network)
         self.last_fit["controller_reused"] = live.kept and live.epochs > 1
 
@@ -406,7 +409,7 @@ class SharedTrainingMaster:
 
     def _finish(self, network: TrainableNetwork, setup: WorkerSetup, results: list[WorkerResult], sent: int,
                 final: np.ndarray, controller_counters: dict[str, Any], started: float,
-                local_steps_rule: str = "") -> None:
+                local_steps_rule: str = "", threshold_rule: str = "") -> None:
         network.set_params(final.astype(network.params.dtype))
         if results:
             updater = np.mean([r.updater_state for r in results], axis=0)
@@ -441,6 +444,7 @@ class SharedTrainingMaster:
             "momentum_workers": setup.momentum_workers,
             "local_steps": dict(Counter(r.local_steps for r in results)),
             "local_steps_rule": local_steps_rule,
+            "threshold_rule": threshold_rule,
             "momentum": next((r.momentum for r in results if r.momentum), []),
             "hosts": hosts_of(results),
             **_replica_summary(results),

@@ -115,6 +115,8 @@ def test_a_small_models_messages_stay_within_the_byte_budget_and_learn_as_one_pr
     fit = master.last_fit
     assert fit["replicas_diverged"] == 0 and fit["updates_missing"] == 0
     assert fit["messages"] == fit["steps"] > 0
+    assert fit["threshold_rule"].endswith("fewer to stay within 0.01 of a dense update's 3,852 bytes: "
+                                          "about 18 of 963 elements a message, where 0.03 would be 29")
     assert fit["bytes_sent"] <= fit["dense_bytes"] / 100, (fit["bytes_sent"], fit["dense_bytes"])
     assert fit["bytes_sent"] / fit["messages"] <= 4 * (4 + 5)  # a header and at most 5 words of 18 elements
     assert shared >= alone - 0.02, (shared, alone)

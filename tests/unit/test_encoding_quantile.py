@@ -19,6 +19,7 @@ from psrv.encoding import (
     shared_training_threshold,
     threshold_algorithm_from_state,
 )
+from psrv.encoding.thresholds import describe_threshold
 from psrv.encoding.update_header import packed_message_bytes_bound
 from psrv.nn import Adam, Dense, Network, Output
 from psrv.spark.driver import checkpoints
@@ -240,6 +241,28 @@ def test_a_byte_budget_leaves_at_least_a_third_of_the_elements() -> None:
     assert shared_training_threshold().budget_elements(300) == 1
     assert [message_info(m).count for m in _messages(300, shared_training_threshold(), steps=6)] == [3] * 6
     assert [message_info(m).count for m in _messages(300, SampledQuantileThreshold(0.03), steps=6)] == [9] * 6
+
+
+def test_the_rule_the_driver_logs_says_what_a_message_carries_and_where_the_budget_binds() -> None:
+    """The rule's counts are those the encoder sends: 3 % within the budget, the budget's count where
+    it binds, and the floor where even that is exceeded (with the bytes a message may take)."""
+    default = shared_training_threshold()
+    assert default.message_rule(20_000).endswith(
+        ": about 600 of 20,000 elements a message, within 0.01 of a dense update's 80,000 bytes")
+    assert default.message_rule(788).endswith(
+        "fewer to stay within 0.01 of a dense update's 3,152 bytes: about 9 of 788 elements a message, "
+        "where 0.03 would be 24")
+    small = default.message_rule(300)
+    assert "about 3 of 300 elements a message, a third of 9" in small
+    assert small.endswith(f"may take up to {packed_message_bytes_bound(3, 300)} bytes, over 0.01 of a dense "
+                          "update's 1,200 bytes (12 bytes)")
+    for n, count in ((788, 9), (300, 3)):  # what the rule says is what is sent
+        assert message_info(_messages(n, shared_training_threshold(), steps=1)[0]).count == count
+    assert SampledQuantileThreshold(sparsity=0.03).message_rule(788).endswith(
+        ": about 24 of 788 elements a message")
+    adaptive = AdaptiveThreshold(1e-3)
+    assert describe_threshold(adaptive, 788) == repr(adaptive)  # no rule of its own: its settings
+    assert describe_threshold(default, 788) == default.message_rule(788)
 
 
 def test_a_byte_budget_round_trips_and_bad_budgets_are_refused() -> None:
