@@ -256,6 +256,11 @@ class SampledQuantileThreshold(_Base):
         self._budgeted = (n, low)
         return low
 
+    def _budget_bounds(self, m: int, n: int, sparsity: float) -> tuple[int, int]:
+        """For a sample of ``m`` of a residual of ``n`` elements: the elements within the byte budget,
+        and the floor under it (a third of ``sparsity``'s), both counted in the sample."""
+        return max(1, m * self.budget_elements(n) // n), math.ceil(m * sparsity * BUDGET_FLOOR)
+
     def message_rule(self, n: int) -> str:
         """What a message of a residual of ``n`` elements carries, in words: the driver logs it once per
         fit and keeps it in ``last_fit["threshold_rule"]``, so a user sees where the byte budget binds."""
@@ -263,8 +268,7 @@ class SampledQuantileThreshold(_Base):
         head = f"tau at the {self.sparsity:.3g} quantile of each step's residual"
         if self.byte_budget is None:
             return f"{head}: about {wanted:,} of {n:,} elements a message"
-        within = self.budget_elements(n)
-        floor = math.ceil(n * self.sparsity * BUDGET_FLOOR)
+        within, floor = self._budget_bounds(n, n, self.sparsity)
         budget = f"{self.byte_budget:.3g} of a dense update's {4 * n:,} bytes"
         if wanted <= within:
             return f"{head}: about {wanted:,} of {n:,} elements a message, within {budget}"
@@ -324,8 +328,7 @@ class SampledQuantileThreshold(_Base):
         rank = max(1, math.ceil(len(picked) * sparsity))  # the rank-th largest |r| of the sample
         if self.byte_budget is not None:
             size = self._size if self._size is not None and self._size >= len(picked) else len(picked)
-            within = max(1, len(picked) * self.budget_elements(size) // size)
-            rank = min(rank, max(within, math.ceil(len(picked) * sparsity * BUDGET_FLOOR)))
+            rank = min(rank, max(self._budget_bounds(len(picked), size, sparsity)))
         if isinstance(picked, np.ndarray):
             magnitudes = np.abs(picked)
             tau = float(np.partition(magnitudes, len(magnitudes) - rank)[len(magnitudes) - rank])

@@ -45,9 +45,9 @@ def measure(params: int, sparsity: float, updates: int, gap_s: float, seed: int 
         rng = np.random.default_rng(seed)
         before = node.counters().get("bytes_out", 0)
         payload = 0
+        threshold = shared_training_threshold(sparsity)  # the default's τ, its byte budget included
         for step in range(updates):
             residual = rng.standard_normal(params).astype(np.float32)
-            threshold = shared_training_threshold(sparsity)  # the default's τ, its byte budget included
             threshold.prepare(residual)
             tau = threshold.threshold
             message = compact(encode(residual, tau))
