@@ -53,6 +53,8 @@ METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "war
 #: the default with K optimizer steps a message: methods "local2", "local4", "local8"
 LOCAL_STEPS = (2, 4, 8)
 METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
+PERIODS = (2, 3, 4, 6)
+METHODS += tuple(f"period{k}" for k in PERIODS)
 #: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
 DEFAULT_SPARSITY = 0.03
 #: steps of the sparsity warm-up of the "warmup" method (from 10 % of the elements down to 0.9 %)
@@ -75,7 +77,8 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "onestep": "sharing, default with 1 step a message (local_steps=1)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
-          **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS}}
+          **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS},
+          **{f"period{k}": f"sharing, default, a message every {k} rounds" for k in PERIODS}}
 #: a method ``sync@K``: synchronous averaging at K times the optimizer's learning rate
 SYNC_AT = "sync@"
 
@@ -97,6 +100,28 @@ def label(method: str) -> str:
     """A method's name in the tables."""
     factor = sync_factor(method)
     return LABELS[method] if factor is None else f"sync averaging, lr x {factor:g}"
+
+
+#: what every update carries on the wire beside its payload on a model of 788 parameters (its header fields
+#: and its share of the heartbeats): ``bench_wire_overhead.py --params 788``
+WIRE_FIXED_BYTES = 61
+
+
+def period_threshold(period: int, sparsity: float) -> Any:
+    """The default threshold for one message every ``period`` rounds: ``period`` times the default's share
+    of the elements, within a byte budget that keeps each round's share of an update on the wire (its
+    payload plus WIRE_FIXED_BYTES) at 1 % of a dense update, with no floor under it."""
+    from psrv.encoding import SampledQuantileThreshold
+
+    class WireBudget(SampledQuantileThreshold):
+        def budget_elements(self, n: int) -> int | None:
+            self.byte_budget = max(1e-4, min(1.0, (0.01 * period * 4 * n - WIRE_FIXED_BYTES) / (4 * n)))
+            return super().budget_elements(n)
+
+        def _budget_bounds(self, m: int, n: int, sparsity: float) -> tuple[int, int]:
+            return max(1, m * self.budget_elements(n) // n), 1  # the budget alone: no floor
+
+    return WireBudget(sparsity=min(1.0, sparsity * period), byte_budget=0.01)
 
 
 def auto_local_steps(task: Any, setting: Any) -> int:
@@ -181,7 +206,10 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                   "onestep": onestep,
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True),
-                  **{f"local{k}": dataclasses.replace(onestep, local_steps=k) for k in LOCAL_STEPS}}[method]
+                  **{f"local{k}": dataclasses.replace(onestep, local_steps=k) for k in LOCAL_STEPS},
+                  **{f"period{k}": dataclasses.replace(
+                      default, message_period=k,
+                      threshold=lambda k=k: period_threshold(k, sparsity)) for k in PERIODS}}[method]
         config.delay, config.jitter, config.interleave = delay, jitter, interleave
         result = harness.sharing(task, setting, config, label(method))
     return {"job": job, "accuracy": result.accuracy, "curve": result.curve, "steps": result.steps,

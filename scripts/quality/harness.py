@@ -97,6 +97,10 @@ class Sharing:
     # optimizer steps per message: a worker splits its minibatch into this many pieces, steps on each in
     # turn from where the last left it, and encodes the sum of the steps as one message
     local_steps: int = 1
+    # rounds per message: a worker sends one message every this many rounds (and in the last); in between
+    # its steps only join its residual, which moves the point it steps from (own_point) and waits for
+    # the next message: fewer messages, so less of the fixed cost every message carries on the wire
+    message_period: int = 1
 
 
 @dataclass
@@ -343,6 +347,9 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
             dtype: torch.dtype = torch.float32) -> Result:
     """Gradient sharing among ``setting.workers`` TorchNetworks, simulated round by round."""
     config = config or Sharing()
+    if config.message_period > 1 and (config.codec != "threshold" or not config.own_point):
+        raise ValueError("message_period > 1 needs the threshold codec and own_point: the steps between two "
+                         "messages wait in the residual, which only the own point steps from")
     base = initial_module(task, setting, dtype)
     nets = [network(copy.deepcopy(base), task, setting) for _ in range(setting.workers)]
     if config.scale_momentum:
@@ -369,6 +376,9 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
                 np.add(shared[w], encoder.residual, out=net.params)
             update = _worker_step(net, x.astype(np_dtype), _onehot(y, task.classes, np_dtype),
                                   config.local_steps)
+            if config.message_period > 1 and (r + 1) % config.message_period and r + 1 < len(rounds):
+                encoder.residual += update
+                continue
             if config.codec == "exact":
                 message: Any = update.copy()
                 _apply(net.params, message, config.codec)

@@ -530,3 +530,26 @@ def test_the_harness_default_takes_the_local_steps_the_master_chooses() -> None:
     assert run("default", "rmsprop") == run("local2", "rmsprop")
     assert run("default", "sgd") == run("local2", "sgd")  # SGD: two up to 4 workers side by side ...
     assert run("default", "sgd", workers=8) == run("onestep", "sgd", workers=8)  # ... and one at 8
+
+
+def test_a_message_every_few_rounds_loses_nothing_and_keeps_every_replica_on_the_master_copy() -> None:
+    """A message every K rounds: the steps between wait in the residual. One worker's master copy plus its
+    residual is still the plain optimizer's parameters; with three workers, delay and jitter, every
+    replica drains to the master copy, and fewer rounds send than with a message each round."""
+    task = tasks.make("tiny", epochs=2)
+    one = harness.Setting(optimizer="adam", workers=1)
+    config = harness.Sharing(lambda: FixedThreshold(1e-3), NoResidualPostProcessor, own_point=True,
+                             message_period=3)
+    shared = harness.sharing(task, one, config, dtype=F64)
+    plain = _plain_loop(task, one)
+    np.testing.assert_allclose(shared.params + shared.residuals[0], plain, rtol=0, atol=1e-12)
+    every = harness.sharing(task, one, harness.Sharing(lambda: FixedThreshold(1e-3), NoResidualPostProcessor,
+                                                       own_point=True), dtype=F64)
+    assert 0 < shared.bytes_total < every.bytes_total
+
+    three = harness.Setting(optimizer="adam", workers=3)
+    result = harness.sharing(task, three, harness.Sharing(SampledQuantileThreshold, delay=1, jitter=1,
+                                                          own_point=True, message_period=2), dtype=F64)
+    assert result.replica_gap < 1e-12 and result.bytes_total > 0
+    with pytest.raises(ValueError, match="own_point"):
+        harness.sharing(task, three, harness.Sharing(SampledQuantileThreshold, message_period=2), dtype=F64)
