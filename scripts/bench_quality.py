@@ -53,7 +53,9 @@ METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "war
 #: the default with K optimizer steps a message: methods "local2", "local4", "local8"
 LOCAL_STEPS = (2, 4, 8)
 METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
-PERIODS = (2, 3, 4, 6)
+#: the default with one message every K rounds: methods "period3", "period4", "period6" (at 2 rounds the
+#: wire budget leaves one element a message)
+PERIODS = (3, 4, 6)
 METHODS += tuple(f"period{k}" for k in PERIODS)
 #: the fraction of the elements the default's quantile τ sends (``--sparsity`` runs the default at another)
 DEFAULT_SPARSITY = 0.03
