@@ -104,8 +104,9 @@ def label(method: str) -> str:
     return LABELS[method] if factor is None else f"sync averaging, lr x {factor:g}"
 
 
-#: what every update carries on the wire beside its payload on a model of 788 parameters (its header fields
-#: and its share of the heartbeats): ``bench_wire_overhead.py --params 788``
+#: what every update carried on the wire beside its payload on a model of 788 parameters with protocol 2
+#: (its msgpack header fields and its share of the heartbeats; ``bench_wire_overhead.py --params 788``),
+#: what the ``periodK`` methods were measured against; protocol 3's compact frame takes about 6
 WIRE_FIXED_BYTES = 61
 
 

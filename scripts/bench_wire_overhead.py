@@ -2,17 +2,19 @@
 
 The quality benchmarks (``bench_quality.py``, ``bench_quality_spark.py``) and a fit's ``bytes_sent``
 count the encoded messages, packed as they travel. On the wire each update also carries its header
-fields (``origin``, ``seq``, ``iteration``, ``epoch``, ``tau``, ``encoding``, and the message's
-version, op and sender, in msgpack) and the node's heartbeats share the link. For a small model that
-fixed cost is a large part of what a step sends.
+fields (``origin``, ``seq``, ``iteration``, ``epoch``, and the message's version and sender: varints
+of the compact frame, ``psrv.encoding.update_frame``, which in turn drops the payload's own 16-byte
+header) and the node's heartbeats share the link. For a small model that fixed cost is a large part
+of what a step sends.
 
 This starts a real controller and node on loopback, submits ``--updates`` packed updates per model
 size as the shipped default threshold makes them (``psrv.encoding.shared_training_threshold``: 3 % of
 the elements, ``--sparsity``, fewer where a message would take over 1 % of a dense update) with ``--gap-ms``
 between them (a training step), waits for the controller's acknowledgement, and prints per update:
-the payload, the node's ``bytes_out`` (every frame it sent, heartbeats included), the difference,
-and both against a dense update of the model (4 bytes a parameter, what synchronous averaging sends
-per worker and step). Model sizes default to those of the quality harness's tasks.
+the payload, the node's ``bytes_out`` (every frame it sent, heartbeats included) and the heartbeats'
+share of it, and against a dense update of the model (4 bytes a parameter, what synchronous
+averaging sends per worker and step) the payload, the wire and the wire less the heartbeats (which
+go once a second, whatever the updates). Model sizes default to those of the quality harness's tasks.
 
     .venv/bin/python scripts/bench_wire_overhead.py
     .venv/bin/python scripts/bench_wire_overhead.py --params 788,100000 --updates 100 --gap-ms 0
@@ -43,7 +45,7 @@ def measure(params: int, sparsity: float, updates: int, gap_s: float, seed: int 
     try:
         node.start()
         rng = np.random.default_rng(seed)
-        before = node.counters().get("bytes_out", 0)
+        before = node.counters()
         payload = 0
         threshold = shared_training_threshold(sparsity)  # the default's τ, its byte budget included
         for step in range(updates):
@@ -58,13 +60,16 @@ def measure(params: int, sparsity: float, updates: int, gap_s: float, seed: int 
         if not node.wait_acknowledged(ACK_DEADLINE_S):
             raise RuntimeError(f"the controller did not acknowledge {updates} updates within "
                                f"{ACK_DEADLINE_S} s")
-        wire = node.counters().get("bytes_out", 0) - before
+        after = node.counters()
+        wire = after.get("bytes_out", 0) - before.get("bytes_out", 0)
+        beats = after.get("heartbeat_bytes_out", 0) - before.get("heartbeat_bytes_out", 0)
     finally:
         node.stop()
         controller.stop()
     dense = 4 * params
     return {"params": params, "payload": payload / updates, "wire": wire / updates,
-            "payload_ratio": payload / updates / dense, "wire_ratio": wire / updates / dense}
+            "heartbeats": beats / updates, "payload_ratio": payload / updates / dense,
+            "wire_ratio": wire / updates / dense, "updates_ratio": (wire - beats) / updates / dense}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,9 +96,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--updates and --repeats must be >= 1 and --gap-ms >= 0")
     print(f"# {args.updates} updates per run, {args.repeats} runs per size, {args.gap_ms:g} ms apart, "
           f"{args.sparsity:g} of the elements; medians")
-    print("| model | parameters | payload B / update | wire B / update | wire - payload | payload / dense "
-          "| wire / dense |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | parameters | payload B / update | wire B / update | of it, heartbeats | payload / dense "
+          "| wire / dense | wire less heartbeats / dense |")
+    print("|---|---|---|---|---|---|---|---|")
     for params in sizes:
         runs = []
         for repeat in range(args.repeats):
@@ -102,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
                   file=sys.stderr, flush=True)
         med = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         print(f"| {TASK_PARAMS.get(params, '-')} | {params:,} | {med['payload']:.0f} | {med['wire']:.0f} | "
-              f"{med['wire'] - med['payload']:.0f} | {100 * med['payload_ratio']:.2f} % | "
-              f"{100 * med['wire_ratio']:.2f} % |")
+              f"{med['heartbeats']:.0f} | {100 * med['payload_ratio']:.2f} % | "
+              f"{100 * med['wire_ratio']:.2f} % | {100 * med['updates_ratio']:.2f} % |")
 
 
 if __name__ == "__main__":

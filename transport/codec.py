@@ -1,8 +1,10 @@
 """Messages <-> ZeroMQ frames, kept out of the sockets: a msgpack header frame + raw buffers.
 
-``encode_frames`` never copies a buffer (numpy arrays, memoryviews and received zmq.Frames are
-passed through for a ``copy=False`` send). ``decode_frames`` validates everything the catalogue
-promises and raises FrameRejectedError whose ``reason`` is the counter to bump:
+``encode_frames`` never copies a large buffer (numpy arrays, memoryviews and received zmq.Frames are
+passed through for a ``copy=False`` send); small updates travel in one compact frame
+(``psrv.encoding.update_frame``), their header fields and payloads copied together. ``decode_frames``
+validates everything the catalogue promises and raises FrameRejectedError whose ``reason`` is the
+counter to bump:
 
 empty, header_too_large, message_too_large, bad_header, unknown_version, unknown_type,
 bad_field, bad_buffers, bad_payload.
@@ -15,6 +17,7 @@ from typing import Any
 import msgpack
 import numpy as np
 import zmq
+from psrv.encoding import update_frame
 from psrv.encoding.errors import MalformedMessageError
 from psrv.encoding.update_header import check_payload_nbytes
 from psrv.transport.errors import FrameRejectedError
@@ -75,10 +78,34 @@ def _pack_with_packed(header: dict[str, Any]) -> bytes:
 
 
 def encode_frames(message: Message) -> list[Any]:
-    """The frames of one message: [header bytes, *buffers] (buffers untouched, zero-copy)."""
-    if message.op is Op.MESH:
+    """The frames of one message: [header bytes, *buffers] (buffers untouched, zero-copy), or small
+    updates in the one compact frame of ``psrv.encoding.update_frame``."""
+    op = message.op
+    if op is Op.UPDATES:
+        compact = _compact_updates(message)
+        if compact is not None:
+            return [compact]
+    elif op is Op.MESH:
         return [_pack_with_packed(message.header()), *message.buffers]
     return [pack_header(message.header()), *message.buffers]
+
+
+def _compact_updates(message: Message) -> bytes | None:
+    rows = message.fields.get("updates")
+    buffers = message.buffers
+    if not isinstance(rows, list | tuple) or len(rows) != len(buffers):
+        return None
+    payloads = []
+    total = 0
+    for buffer in buffers:
+        if type(buffer) is not np.ndarray:  # a relayed frame: small ones are cheap to view
+            size = frame_size(buffer)
+            total += size
+            if total > update_frame.MAX_PAYLOAD_BYTES or size % 4:
+                return None
+            buffer = np.frombuffer(as_buffer(buffer), np.int32)
+        payloads.append(buffer)
+    return update_frame.pack(message.src, rows, payloads, PROTOCOL_VERSION)
 
 
 def frame_size(frame: Any) -> int:
@@ -123,13 +150,16 @@ def decode_frames(
     if not frames:
         raise FrameRejectedError("empty", "a message needs at least a header frame, got 0 frames")
     header_size = frame_size(frames[0])
-    if header_size > max_header_bytes:
+    compact = header_size > 0 and update_frame.is_update_frame(as_buffer(frames[0])[0])
+    if header_size > max_header_bytes and not compact:  # a compact update's frame is its payload too
         raise FrameRejectedError(
             "header_too_large", f"header of {header_size} bytes > limit {max_header_bytes}"
         )
     total = sum(frame_size(f) for f in frames)
     if total > max_message_bytes:
         raise FrameRejectedError("message_too_large", f"message of {total} bytes > limit {max_message_bytes}")
+    if compact:
+        return _decode_compact_updates(_header_bytes(frames[0]), len(frames))
     try:
         header = msgpack.unpackb(_header_bytes(frames[0]), raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -137,6 +167,23 @@ def decode_frames(
             "bad_header", f"header is not msgpack: {type(exc).__name__}: {exc}"
         ) from None
     return decode_header(header, list(frames[1:]))
+
+
+def _decode_compact_updates(frame: bytes, frames: int) -> Message:
+    """Updates in a compact frame, through the same catalogue checks as their msgpack form."""
+    version = update_frame.version_of(frame)
+    if version != PROTOCOL_VERSION:
+        raise FrameRejectedError(
+            "unknown_version", f"compact updates of protocol version {version!r}, expected {PROTOCOL_VERSION}"
+        )
+    if frames != 1:
+        raise FrameRejectedError("bad_buffers", f"compact updates are one frame, got {frames}")
+    try:
+        src, rows, payloads = update_frame.unpack(frame)
+    except MalformedMessageError as exc:
+        raise FrameRejectedError("bad_header", str(exc)) from None
+    return decode_header({"v": PROTOCOL_VERSION, "op": Op.UPDATES.value, "src": src, "updates": rows},
+                         payloads)
 
 
 def decode_header(header: Any, buffers: list[Any]) -> Message:

@@ -23,6 +23,7 @@ COUNTER_NAMES = (
     "frames_out",
     "bytes_in",
     "bytes_out",
+    "heartbeat_bytes_out",  # of bytes_out, the heartbeats' (liveness and stats, not training data)
     "resyncs",  # parameter downloads (the first catch-up included)
     "resync_incomplete",  # re-syncs that could not replay everything (replay ring too short)
     "joins",

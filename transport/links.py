@@ -22,7 +22,7 @@ from psrv.transport.errors import SecurityMismatchError, TransportConfigError
 from psrv.transport.events import Connect, Download, Dropped, Send
 from psrv.transport.handshake import HandshakeWatch
 from psrv.transport.loopstats import LoopStats
-from psrv.transport.messages import Message
+from psrv.transport.messages import Message, Op
 from psrv.transport.pacing import DOWNLOAD_CHUNK_MAX_BYTES, DOWNLOAD_TURN_BYTES, Paced, PacedDownloads
 from psrv.transport.peer import Peer
 from psrv.transport.sockets import Security, connect_dealer, tcp, valid_address
@@ -85,8 +85,11 @@ class Links:
             if token is not None:
                 token.sent()
             return Dropped(action.to, action.count)
-        self.post(peer, frames if frames is not None else self.frames(action.message), token=token,
-                  urgent=action.urgent)
+        if frames is None:
+            frames = self.frames(action.message)
+        if action.message.op is Op.HEARTBEAT:
+            self.counters.add("heartbeat_bytes_out", sum(frame_size(f) for batch in frames for f in batch))
+        self.post(peer, frames, token=token, urgent=action.urgent)
         return None
 
     def try_send(self, sock: zmq.Socket, frames: list[Any]) -> bool:

@@ -27,8 +27,9 @@ __all__ = [
 ]
 
 #: 2: packed update bodies are a Golomb-Rice bit stream (1: LEB128 varints), and a lone update
-#: travels as an UPDATES of one row
-PROTOCOL_VERSION = 2
+#: travels as an UPDATES of one row; 3: updates of up to 2 KiB in all travel in one compact frame
+#: (``psrv.encoding.update_frame``) instead of a msgpack header and their payloads
+PROTOCOL_VERSION = 3
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
 

@@ -437,6 +437,10 @@ class SharedTrainingMaster:
             "steps": steps, "examples": examples,
             "messages": sum(r.messages for r in results),
             "bytes_sent": bytes_sent, "dense_bytes": dense, "score": self.last_score,
+            # every frame the workers' nodes sent (updates in their wire form, heartbeats, join, leave),
+            # and of it the heartbeats' (liveness and stats, about one a second per node)
+            "wire_bytes": sum(int(r.counters.get("bytes_out", 0)) for r in results),
+            "heartbeat_bytes": sum(int(r.counters.get("heartbeat_bytes_out", 0)) for r in results),
             "controller_updates_applied": controller_counters.get("updates_applied"),
             **_accounting(setup.job_id, results, sent, controller_counters),
             "threshold": float(self.threshold_algorithm.threshold),

@@ -117,7 +117,7 @@ def test_reply_comes_back_on_the_askers_connection() -> None:
 
 def test_hostile_frames_meet_the_real_codec() -> None:
     net, a, b, got = _net()
-    net.transmit(a, b, [b"\xc1garbage"], "data", None)
+    net.transmit(a, b, [b"\xc7garbage"], "data", None)
     net.transmit(
         a,
         b,

@@ -119,4 +119,10 @@ def test_a_small_models_messages_stay_within_the_byte_budget_and_learn_as_one_pr
                                           "about 18 of 963 elements a message, where 0.03 would be 29")
     assert fit["bytes_sent"] <= fit["dense_bytes"] / 100, (fit["bytes_sent"], fit["dense_bytes"])
     assert fit["bytes_sent"] / fit["messages"] <= 4 * (4 + 5)  # a header and at most 5 words of 18 elements
+    # on the wire every update travels in a compact frame, no larger than its payload (whose 16-byte
+    # header it drops for 12-20 bytes of fields), beside each node's join, master-copy request and
+    # leave (about 220 bytes) and its heartbeats; protocol 2's msgpack rows took 50 bytes an update more
+    data = fit["wire_bytes"] - fit["heartbeat_bytes"]
+    assert fit["heartbeat_bytes"] >= 0
+    assert fit["bytes_sent"] - 4 * fit["messages"] <= data <= fit["bytes_sent"] + 300 * fit["workers"], fit
     assert shared >= alone - 0.02, (shared, alone)

@@ -116,7 +116,8 @@ PAYLOAD = np.array([5, 1, 2, 3], dtype=np.int32).tobytes()
     ("frames", "reason"),
     [
         ([], "empty"),
-        ([b"\xc1\xff\x00garbage"], "bad_header"),
+        ([b"\xc7\xff\x00garbage"], "bad_header"),
+        ([b"\xc1\xff\x00garbage"], "unknown_version"),  # a compact update's tag, version 31
         ([msgpack.packb([1, 2, 3])], "bad_header"),
         ([header(v=PROTOCOL_VERSION + 1), PAYLOAD], "unknown_version"),
         ([header(v=...), PAYLOAD], "unknown_version"),

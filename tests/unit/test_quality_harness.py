@@ -227,10 +227,16 @@ def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
     local = [{**r, "local_steps": 2, "accuracy": 0.91, "seconds": 6.0} for r in runs
              if r["optimizer"] == "adam" and r["method"] == "default"]
     rows = [line.split(" | ") for line in bench_quality_spark.table(runs + local, 2).splitlines()[2:]]
-    assert [(r[0], r[2], r[5], r[9]) for r in rows[:3]] == [
+    assert [(r[0], r[2], r[5], r[11]) for r in rows[:3]] == [
         ("| cnn", "one process", "+0.0", "-"), ("| cnn", "Spark, default", "-2.0", "-"),
         ("| cnn", "Spark, default, 2 local steps", "+1.0", "6.0")]
     assert rows[2][-1] == "met |"
+    # what crossed the wire, where a fit counted it: the bytes aim takes it less the heartbeats
+    wired = [{**r, "wire": wire, "beats": beats} for r in local for wire, beats in ((30, 25),)]
+    row = bench_quality_spark.table(runs + wired, 2).splitlines()[4].split(" | ")
+    assert (row[8], row[9], row[10], row[-1]) == ("0.0100", "0.0300", "0.0250", "met |")
+    wired = [{**r, "wire": 40, "beats": 10} for r in local]  # 3 % of a dense exchange beside the beats
+    assert bench_quality_spark.table(runs + wired, 2).splitlines()[4].endswith("| missed: bytes |")
 
 
 def test_every_method_sees_the_same_minibatches() -> None:

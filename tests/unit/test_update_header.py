@@ -33,15 +33,24 @@ F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "enco
 SPARSE_HEX = "02000000280000000000003f0000000003000000f8ffffff"
 BITMAP_HEX = "28000000280000000000803e01000000ffff0800ffff0000ff000000"
 UPDATE_HEADER_HEX = (  # still accepted, no longer sent
-    "89a17602a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
+    "89a17603a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
     "636801a3746175cb3fe0000000000000a8656e636f64696e67a6737061727365"
 )
-ONE_ROW_HEADER_HEX = (
-    "84a17602a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
+ONE_ROW_HEADER_HEX = (  # still accepted; sent for a lone update the compact frame cannot carry
+    "84a17603a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
     "7365"
 )
-UPDATES_HEADER_HEX = (
-    "84a17602a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
+#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 3 <<
+#: 3 | sparse (origin apart from src), src + 1 = 3, origin 3, seq 7, zigzag(11) = 0x16, zigzag(1) = 2,
+#: count 2, N 40, τ's float32 bits, then the two indices
+COMPACT_HEX = "c118030307160202280000003f03000000f8ffffff"
+#: F1 and F2 as one compact batch: 3 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
+#: apart), then each with its body's length (the bitmap's less the 3 zero bytes ending it)
+COMPACT_BATCH_HEX = (
+    "c11b030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
+)
+UPDATES_HEADER_HEX = (  # still accepted; sent for updates the compact frame cannot carry
+    "84a17603a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
     "73659604cf0000010000000000fb00cb3fd0000000000000a66269746d6170"
 )
 
@@ -54,26 +63,30 @@ def payloads() -> tuple[np.ndarray, np.ndarray]:
     return encode(sparse, 0.5), encode(dense, 0.25)
 
 
-def test_the_wire_is_byte_identical_to_the_one_before_the_move() -> None:
+def test_the_wire_is_byte_identical_to_its_golden_frames() -> None:
     m1, m2 = payloads()
     assert (m1.tobytes().hex(), m2.tobytes().hex()) == (SPARSE_HEX, BITMAP_HEX)
     one = encode_frames(batch_message([(dict(F1), m1)], src=2))
     two = encode_frames(batch_message([(dict(F1), m1), (dict(F2), m2)], src=2))
-    assert one[0].hex() == ONE_ROW_HEADER_HEX and two[0].hex() == UPDATES_HEADER_HEX
+    assert [frame.hex() for frame in one] == [COMPACT_HEX]
+    assert [frame.hex() for frame in two] == [COMPACT_BATCH_HEX]
     assert encode_frames(Message(Op.UPDATE, dict(F1), [m1], src=2))[0].hex() == UPDATE_HEADER_HEX
-    assert [bytes(memoryview(b)) for b in two[1:]] == [m1.tobytes(), m2.tobytes()]
 
 
 def test_the_golden_frames_decode_to_the_same_items() -> None:
     m1, m2 = payloads()
     update = decode_frames([bytes.fromhex(UPDATE_HEADER_HEX), bytes.fromhex(SPARSE_HEX)])
     one_row = decode_frames([bytes.fromhex(ONE_ROW_HEADER_HEX), bytes.fromhex(SPARSE_HEX)])
-    assert [f for f, _ in unbatch(one_row)] == [F1]
+    compact = decode_frames([bytes.fromhex(COMPACT_HEX)])
+    assert [f for f, _ in unbatch(one_row)] == [f for f, _ in unbatch(compact)] == [F1]
+    assert [bytes(b) for _, b in unbatch(compact)] == [bytes.fromhex(SPARSE_HEX)]
     updates = decode_frames(
         [bytes.fromhex(UPDATES_HEADER_HEX), bytes.fromhex(SPARSE_HEX), bytes.fromhex(BITMAP_HEX)]
     )
     assert [f for f, _ in unbatch(update)] == [F1]
     assert [f for f, _ in unbatch(updates)] == [F1, F2]
+    batch = decode_frames([bytes.fromhex(COMPACT_BATCH_HEX)])
+    assert [(f, bytes(b)) for f, b in unbatch(batch)] == [(F1, m1.tobytes()), (F2, m2.tobytes())]
     assert [parse_fields(f) for f, _ in unbatch(updates)] == [UpdateHeader(**F1), UpdateHeader(**F2)]
     for (_, buffer), message in zip(unbatch(updates), [m1, m2], strict=True):
         payload = np.frombuffer(buffer, dtype=np.int32)
