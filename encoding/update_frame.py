@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from psrv.encoding.errors import MalformedMessageError
-from psrv.encoding.update_header import FORM_NAMES, HEADER_WORDS, INT64_MAX
+from psrv.encoding.update_header import FORM_NAMES, HEADER_WORDS, INT64_MAX, MalformedHeaderError, check_row
 
 __all__ = [
     "BATCH", "MAX_PAYLOAD_BYTES", "MAX_UPDATES", "MAX_VERSION", "ORIGIN_IS_SRC", "TAG", "is_update_frame",
@@ -60,7 +60,6 @@ _HEAD_BYTES = HEADER_WORDS * 4
 _MAX_VARINT_BYTES = 10  # 64 bits in 7-bit groups
 _U32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
-_I32_HEAD = struct.Struct("<4i")
 _U32_HEAD = struct.Struct("<4I")
 _UINT64_LIMIT = 1 << 64
 
@@ -85,43 +84,33 @@ def _carried(src: int, row: Sequence[Any], payload: Any) -> tuple[bytes, int, bo
     """``(payload bytes, form, origin is src)`` where the frame carries this update exactly, else None."""
     if type(payload) is not np.ndarray or payload.dtype != np.int32 or payload.ndim != 1:
         return None
-    if payload.nbytes < _HEAD_BYTES or len(row) != 6:
+    if payload.nbytes < _HEAD_BYTES:
         return None
-    origin, seq, iteration, epoch, tau, encoding = row
-    if not (type(origin) is int and type(seq) is int and type(iteration) is int and type(epoch) is int
-            and 0 < origin <= INT64_MAX and 0 < seq <= INT64_MAX and -INT64_MAX <= iteration <= INT64_MAX
-            and -INT64_MAX <= epoch <= INT64_MAX):
+    try:  # a row the wire refuses travels as msgpack, to be refused by its receiver as before
+        check_row(row)
+    except MalformedHeaderError:
         return None
     data = payload.tobytes()  # at most MAX_PAYLOAD_BYTES: cheaper than views of it
-    form = _I32_HEAD.unpack_from(data)[3]
-    if form not in FORM_NAMES or encoding != FORM_NAMES[form]:
+    form = _U32_HEAD.unpack_from(data)[3]
+    if form not in FORM_NAMES or row[5] != FORM_NAMES[form] or row[4] != _F32.unpack_from(data, 8)[0]:
         return None
-    if type(tau) not in (int, float) or tau != _F32.unpack_from(data, 8)[0]:
-        return None
-    return data, form, origin == src
-
-
-def _put(out: bytearray, value: int) -> None:
-    if value < 0x80:
-        out.append(value)
-    else:
-        _uvarint(value, out)
+    return data, form, row[0] == src
 
 
 def _put_update(out: bytearray, row: Sequence[Any], data: bytes, own: bool, sized: bool) -> None:
     origin, seq, iteration, epoch = row[0], row[1], row[2], row[3]
     first, n = _U32_HEAD.unpack_from(data)[:2]
     if not own:
-        _put(out, origin)
+        _uvarint(origin, out)
     for value in (seq, _zigzag(iteration), _zigzag(epoch), first, n):
-        _put(out, value)
+        _uvarint(value, out)
     out += data[8:12]
     end = len(data)  # the body less the zero bytes ending its last word (at most 3)
     low = max(_HEAD_BYTES, end - 3)
     while end > low and data[end - 1] == 0:
         end -= 1
     if sized:
-        _put(out, end - _HEAD_BYTES)
+        _uvarint(end - _HEAD_BYTES, out)
     out += data[_HEAD_BYTES:end]
 
 
@@ -147,12 +136,12 @@ def pack(src: int, rows: Sequence[Sequence[Any]], payloads: Sequence[Any], versi
     if count == 1:
         data, form, own = carried[0]
         out = bytearray((TAG, version << VERSION_SHIFT | (ORIGIN_IS_SRC if own else 0) | form))
-        _put(out, src + 1)
+        _uvarint(src + 1, out)
         _put_update(out, rows[0], data, own, sized=False)
         return bytes(out)
     out = bytearray((TAG, version << VERSION_SHIFT | BATCH))
-    _put(out, src + 1)
-    _put(out, count)
+    _uvarint(src + 1, out)
+    _uvarint(count, out)
     out += bytes((ORIGIN_IS_SRC if own else 0) | form for _, form, own in carried)
     for row, (data, _, own) in zip(rows, carried, strict=True):
         _put_update(out, row, data, own, sized=True)
