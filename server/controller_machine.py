@@ -378,9 +378,12 @@ class ControllerMachine:
     # ------------------------------------------------------------------ other messages
     def _on_heartbeat(self, msg: Message, rid: bytes, now: float) -> None:
         self._member(msg, rid, now)
-        self._records[msg.src].stats = dict(msg["stats"])
-        self._clocks.heard(msg.src, msg["stats"])
-        self._gaps.heartbeat(msg.src, msg["stats"], now)  # its catch-up done: the gaps it owes wait less
+        record = self._records[msg.src]
+        # a delta beat carries what changed since the member's previous beat (a new dict: a status
+        # handed out earlier keeps what it said)
+        record.stats = {**record.stats, **msg["stats"]} if msg.fields.get("delta") else dict(msg["stats"])
+        self._clocks.heard(msg.src, msg["stats"])  # this beat's own stamp, never an earlier one
+        self._gaps.heartbeat(msg.src, record.stats, now)  # its catch-up done: the gaps it owes wait less
 
     def _on_leave(self, msg: Message, rid: bytes, now: float) -> None:
         if msg.src in self._records and self._identity.get(msg.src) == rid:

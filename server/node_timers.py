@@ -24,12 +24,47 @@ from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.events import Connect
 from psrv.transport.messages import Message, Op
 
-__all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "Timers"]
+__all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "FULL_STATS_EVERY", "StatsDelta", "Timers"]
 
 _STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
                "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 2.0
+FULL_STATS_EVERY = 10  # beats: every tenth carries all the stats, the others what changed
+_MISSING = object()
+
+
+class StatsDelta:
+    """What of a beat's stats to send: all of them on the first beat of a membership, every
+    ``full_every`` beats and when a name went away; otherwise only those that changed since the
+    previous beat (the controller merges them into what it holds). Most stats stand still between
+    two beats (the flags, the ids, the rarely moving counters), and a beat that carried them all
+    was most of a node's bytes on a small model. The full beats bound how long a value can stay
+    stale at the controller should a beat ever be lost."""
+
+    def __init__(self, full_every: int = FULL_STATS_EVERY) -> None:
+        if full_every < 1:
+            raise ValueError(f"full_every must be >= 1, got {full_every}")
+        self.full_every = full_every
+        self._sent: dict[str, Any] | None = None
+        self._since_full = 0
+
+    def reset(self) -> None:
+        """A new membership (the controller holds nothing of ours): the next beat carries all."""
+        self._sent = None
+
+    def next(self, stats: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """``(stats to send, delta)`` for this beat's ``stats``."""
+        sent, self._sent = self._sent, dict(stats)
+        self._since_full += 1
+        if sent is None or self._since_full >= self.full_every or not sent.keys() <= stats.keys():
+            self._since_full = 0
+            return stats, False
+        return {k: v for k, v in stats.items() if _changed(sent.get(k, _MISSING), v)}, True
+
+
+def _changed(old: Any, new: Any) -> bool:
+    return old is _MISSING or type(old) is not type(new) or old != new
 
 
 class Timers:
@@ -51,6 +86,7 @@ class Timers:
         self._backoff = BACKOFF_FIRST_S
         self._lost_since: float | None = None  # when the controller was lost (rejoining since)
         self._last_ctrl_beat: float | None = None
+        self._stats = StatsDelta()
 
     # ------------------------------------------------------------------ joining
     def begin_join(self, first: bool = False) -> None:
@@ -99,6 +135,7 @@ class Timers:
         """The controller took us in (``paced``: at its own heartbeat pace, now in the view's config)."""
         view = self.view
         self._lost_since = None
+        self._stats.reset()  # a new member record at the controller: our next beat says everything
         if paced:
             self._beat = BeatTimer(view.config.heartbeat_s)
             self._freeze = FreezeGuard(view.config.heartbeat_s, view.now)
@@ -176,6 +213,10 @@ class Timers:
         if view.config.status_stats and view.params.size <= view.config.checksum_max_params:
             stats.update(params_checksum(view.params))
         version = view.mesh.version if view.mesh is not None else 0
-        view.send_ctrl(Message(Op.HEARTBEAT, {"mesh_version": version, "stats": stats, "watermark": {}},
-                               src=view.node_id), urgent=True)  # never behind our own queued updates
+        stats, delta = self._stats.next(stats)
+        fields = {"mesh_version": version, "stats": stats, "watermark": {}}
+        if delta:
+            fields["delta"] = True
+        # urgent: never behind our own queued updates
+        view.send_ctrl(Message(Op.HEARTBEAT, fields, src=view.node_id), urgent=True)
 

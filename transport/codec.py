@@ -22,6 +22,7 @@ from psrv.encoding.errors import MalformedMessageError
 from psrv.encoding.update_header import check_payload_nbytes
 from psrv.transport.errors import FrameRejectedError
 from psrv.transport.messages import CATALOGUE, INT64_MAX, PROTOCOL_VERSION, RESERVED, Message, Op
+from psrv.transport.stat_codes import compact_stats, expand_stats
 
 __all__ = [
     "REJECT_REASONS", "as_buffer", "decode_frames", "decode_header", "encode_frames", "frame_size",
@@ -87,7 +88,18 @@ def encode_frames(message: Message) -> list[Any]:
             return [compact]
     elif op is Op.MESH:
         return [_pack_with_packed(message.header()), *message.buffers]
+    elif op is Op.HEARTBEAT:
+        return [pack_header(_compact_heartbeat(message.header())), *message.buffers]
     return [pack_header(message.header()), *message.buffers]
+
+
+def _compact_heartbeat(header: dict[str, Any]) -> dict[str, Any]:
+    """A heartbeat's well-known stat names as codes (``psrv.transport.stat_codes``)."""
+    stats = header.get("stats")
+    if not isinstance(stats, dict) or not stats:
+        return header
+    known, rest = compact_stats(stats)
+    return {**header, "stats": rest, "known": known} if known else header
 
 
 def _compact_updates(message: Message) -> bytes | None:
@@ -198,6 +210,9 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
     op = _OPS.get(header.get("op")) if isinstance(header.get("op"), str) else None
     if op is None:
         raise FrameRejectedError("unknown_type", f"unknown message type {header.get('op')!r}")
+    if op is Op.HEARTBEAT and "known" in header:  # the stat names sent as codes, put back
+        header = {**header, "stats": expand_stats(header["known"], header.get("stats"))}
+        del header["known"]
     src = header.get("src")
     if type(src) is not int or not -1 <= src <= INT64_MAX:
         raise FrameRejectedError("bad_field", f"{op}: src must be an int >= -1, got {src!r}")

@@ -28,8 +28,10 @@ __all__ = [
 
 #: 2: packed update bodies are a Golomb-Rice bit stream (1: LEB128 varints), and a lone update
 #: travels as an UPDATES of one row; 3: updates of up to 2 KiB in all travel in one compact frame
-#: (``psrv.encoding.update_frame``) instead of a msgpack header and their payloads
-PROTOCOL_VERSION = 3
+#: (``psrv.encoding.update_frame``) instead of a msgpack header and their payloads; 4: a heartbeat's
+#: well-known stat names travel as codes (``psrv.transport.stat_codes``), and a node's beat may carry
+#: only the stats that changed since its previous one (``delta``)
+PROTOCOL_VERSION = 4
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
 
@@ -264,7 +266,9 @@ CATALOGUE: dict[Op, Schema] = {
         1,
         check=_chunk,
     ),
-    Op.HEARTBEAT: Schema({"mesh_version": INT, "stats": DICT, "watermark": DICT}, check=_heartbeat),
+    # delta: the stats are those that changed since the sender's previous beat (absent: all of them)
+    Op.HEARTBEAT: Schema({"mesh_version": INT, "stats": DICT, "watermark": DICT, "delta": BOOL},
+                         check=_heartbeat, optional=frozenset({"delta"})),
     Op.LEAVE: Schema({"reason": STR}, check=_reason("leave")),
     Op.EVICTED: Schema({"reason": STR, "node_id": INT}, check=_reason("evicted")),
     Op.SHUTDOWN: Schema({"reason": STR}, check=_reason("shutdown")),

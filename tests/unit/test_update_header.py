@@ -33,24 +33,24 @@ F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "enco
 SPARSE_HEX = "02000000280000000000003f0000000003000000f8ffffff"
 BITMAP_HEX = "28000000280000000000803e01000000ffff0800ffff0000ff000000"
 UPDATE_HEADER_HEX = (  # still accepted, no longer sent
-    "89a17603a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
+    "89a17604a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
     "636801a3746175cb3fe0000000000000a8656e636f64696e67a6737061727365"
 )
 ONE_ROW_HEADER_HEX = (  # still accepted; sent for a lone update the compact frame cannot carry
-    "84a17603a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
+    "84a17604a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
     "7365"
 )
-#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 3 <<
+#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 4 <<
 #: 3 | sparse (origin apart from src), src + 1 = 3, origin 3, seq 7, zigzag(11) = 0x16, zigzag(1) = 2,
 #: count 2, N 40, τ's float32 bits, then the two indices
-COMPACT_HEX = "c118030307160202280000003f03000000f8ffffff"
-#: F1 and F2 as one compact batch: 3 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
+COMPACT_HEX = "c120030307160202280000003f03000000f8ffffff"
+#: F1 and F2 as one compact batch: 4 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
 #: apart), then each with its body's length (the bitmap's less the 3 zero bytes ending it)
 COMPACT_BATCH_HEX = (
-    "c11b030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
+    "c123030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
 )
 UPDATES_HEADER_HEX = (  # still accepted; sent for updates the compact frame cannot carry
-    "84a17603a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
+    "84a17604a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
     "73659604cf0000010000000000fb00cb3fd0000000000000a66269746d6170"
 )
 
