@@ -2,7 +2,8 @@
 
 ``encode_frames`` never copies a large buffer (numpy arrays, memoryviews and received zmq.Frames are
 passed through for a ``copy=False`` send); small updates travel in one compact frame
-(``psrv.encoding.update_frame``), their header fields and payloads copied together. ``decode_frames``
+(``psrv.encoding.update_frame``), their header fields and payloads copied together; a header's field
+names and op travel as codes (``psrv.transport.header_codes``). ``decode_frames``
 validates everything the catalogue promises and raises FrameRejectedError whose ``reason`` is the
 counter to bump:
 
@@ -21,6 +22,7 @@ from psrv.encoding import update_frame
 from psrv.encoding.errors import MalformedMessageError
 from psrv.encoding.update_header import check_payload_nbytes
 from psrv.transport.errors import FrameRejectedError
+from psrv.transport.header_codes import compact_header, expand_header
 from psrv.transport.messages import CATALOGUE, INT64_MAX, PROTOCOL_VERSION, RESERVED, Message, Op
 from psrv.transport.stat_codes import compact_stats, expand_stats
 
@@ -68,7 +70,7 @@ class PackedDict(dict):
         self.packed = msgpack.packb(value, use_bin_type=True)
 
 
-def _pack_with_packed(header: dict[str, Any]) -> bytes:
+def _pack_with_packed(header: dict[Any, Any]) -> bytes:
     """A msgpack map (a concatenation of its pairs) where PackedDict values are spliced in as is."""
     count = len(header)
     parts = [bytes([0x80 | count]) if count < 16 else b"\xde" + count.to_bytes(2, "big")]
@@ -87,10 +89,10 @@ def encode_frames(message: Message) -> list[Any]:
         if compact is not None:
             return [compact]
     elif op is Op.MESH:
-        return [_pack_with_packed(message.header()), *message.buffers]
+        return [_pack_with_packed(compact_header(message.header())), *message.buffers]
     elif op is Op.HEARTBEAT:
-        return [pack_header(_compact_heartbeat(message.header())), *message.buffers]
-    return [pack_header(message.header()), *message.buffers]
+        return [pack_header(compact_header(_compact_heartbeat(message.header()))), *message.buffers]
+    return [pack_header(compact_header(message.header())), *message.buffers]
 
 
 def _compact_heartbeat(header: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +204,7 @@ def decode_header(header: Any, buffers: list[Any]) -> Message:
     """Validate a decoded header map against the catalogue and build the Message."""
     if not isinstance(header, dict):
         raise FrameRejectedError("bad_header", f"header must be a map, got {type(header).__name__}")
+    header = expand_header(header)  # field names and the op sent as codes (psrv.transport.header_codes)
     version = header.get("v")
     if version != PROTOCOL_VERSION:
         raise FrameRejectedError(

@@ -30,8 +30,9 @@ __all__ = [
 #: travels as an UPDATES of one row; 3: updates of up to 2 KiB in all travel in one compact frame
 #: (``psrv.encoding.update_frame``) instead of a msgpack header and their payloads; 4: a heartbeat's
 #: well-known stat names travel as codes (``psrv.transport.stat_codes``), and a node's beat may carry
-#: only the stats that changed since its previous one (``delta``)
-PROTOCOL_VERSION = 4
+#: only the stats that changed since its previous one (``delta``); 5: a header's field names and its
+#: op travel as codes (``psrv.transport.header_codes``)
+PROTOCOL_VERSION = 5
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
 

@@ -28,6 +28,7 @@ import zmq
 from psrv.encoding import encode
 from psrv.transport import TransportConfig
 from psrv.transport.client import request_status
+from psrv.transport.header_codes import expand_header
 from psrv.transport.messages import PROTOCOL_VERSION
 from psrv.transport.sockets import tcp
 
@@ -324,7 +325,7 @@ class Stranger:
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             if sock.poll(100):
-                reply = msgpack.unpackb(sock.recv_multipart()[0], strict_map_key=False)
+                reply = expand_header(msgpack.unpackb(sock.recv_multipart()[0], strict_map_key=False))
                 if reply["op"] == "join_reply":
                     return reply["node_id"]
         raise AssertionError(f"no join reply from {controller} within 10 s")

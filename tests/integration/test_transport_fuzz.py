@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 from psrv.encoding import encode
 from psrv.server import Controller, Node
 from psrv.transport import TransportConfig
+from psrv.transport.header_codes import FIELD_NAMES, compact_header
 from psrv.transport.messages import CATALOGUE, PROTOCOL_VERSION, Op
 
 N = 64
+SRC_CODE = FIELD_NAMES.index("src")
 
 ints = st.one_of(
     st.integers(-(2**63), 2**64 - 1),
@@ -84,6 +86,8 @@ def frames(draw, op: Op) -> list[bytes]:
     buffers = [draw(st.binary(max_size=64)) for _ in range(count)]
     if op is Op.UPDATE and draw(st.booleans()):  # a real encoded update behind absurd header fields
         buffers = [encode(np.full(N, 0.5, np.float32), 0.25).tobytes()]
+    if draw(st.booleans()):  # the fields and op by code, as the codec sends them
+        header = compact_header(header)
     try:
         return [msgpack.packb(header, use_bin_type=True), *buffers]
     except (OverflowError, ValueError, TypeError):
@@ -116,7 +120,8 @@ def presented(sender, receiver) -> bytes:
 
 def as_sender(raw: list[bytes], src: int) -> list[bytes]:
     header = msgpack.unpackb(raw[0], raw=False, strict_map_key=False)
-    return [msgpack.packb({**header, "src": src}, use_bin_type=True), *raw[1:]]
+    key = SRC_CODE if SRC_CODE in header else "src"
+    return [msgpack.packb({**header, key: src}, use_bin_type=True), *raw[1:]]
 
 
 @pytest.mark.timeout(600)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psrv.transport.codec import decode_frames, encode_frames, pack_header, update_payload
 from psrv.transport.errors import FrameRejectedError
+from psrv.transport.header_codes import FIELD_NAMES, OP_NAMES
 from psrv.transport.messages import PROTOCOL_VERSION, Message, Op
 
 UPDATE_FIELDS = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 1e-3, "encoding": "sparse"}
@@ -123,7 +124,14 @@ PAYLOAD = np.array([5, 1, 2, 3], dtype=np.int32).tobytes()
         ([header(v=PROTOCOL_VERSION + 1), PAYLOAD], "unknown_version"),
         ([header(v=...), PAYLOAD], "unknown_version"),
         ([header(op="teleport"), PAYLOAD], "unknown_type"),
-        ([header(op=5), PAYLOAD], "unknown_type"),
+        ([header(op=len(OP_NAMES)), PAYLOAD], "unknown_type"),  # past the last op code
+        ([header(op=-1), PAYLOAD], "unknown_type"),
+        ([header(op=4.0), PAYLOAD], "unknown_type"),
+        ([msgpack.packb({**msgpack.unpackb(header()), FIELD_NAMES.index("seq"): 7}), PAYLOAD],
+         "bad_header"),  # a field by name and by code
+        ([msgpack.packb({**msgpack.unpackb(header()), len(FIELD_NAMES): 7}), PAYLOAD], "bad_header"),
+        ([msgpack.packb({**msgpack.unpackb(header()), b"seq": 7}), PAYLOAD], "bad_header"),
+        ([msgpack.packb({**msgpack.unpackb(header()), 1.5: 7}), PAYLOAD], "bad_header"),
         ([header(src="me"), PAYLOAD], "bad_field"),
         ([header(src=-7), PAYLOAD], "bad_field"),
         ([header(seq=...), PAYLOAD], "bad_field"),
@@ -160,12 +168,12 @@ def test_a_batch_must_have_one_well_formed_row_per_buffer() -> None:
     items = unbatch(decode_frames(as_bytes(encode_frames(message))))
     assert [f["origin"] for f, _ in items] == [3, 4] and items[1][0]["encoding"] == "bitmap"
     assert batch_message(items, src=1).op is Op.UPDATES
-    lone = batch_message(items[:1], src=1)  # a lone update is an UPDATES of one row: 29 bytes smaller
+    lone = batch_message(items[:1], src=1)  # a lone update is an UPDATES of one row: 3 bytes smaller
     assert lone.op is Op.UPDATES and unbatch(decode_frames(as_bytes(encode_frames(lone)))) == items[:1]
     big = 2**62 + 12345  # ids are random 63-bit numbers
     fields = {"origin": big, "seq": 1234, "iteration": 1234, "epoch": 3, "tau": 1.23e-3, "encoding": "packed"}
     named = len(encode_frames(Message(Op.UPDATE, fields, [b"1234"], src=big))[0])
-    assert (named, len(encode_frames(batch_message([(fields, b"1234")], src=big))[0])) == (99, 70)
+    assert (named, len(encode_frames(batch_message([(fields, b"1234")], src=big))[0])) == (54, 51)
     assert [len(g) for g in groups([({}, b"1234")] * (MAX_BATCH + 3))] == [MAX_BATCH, 3]
     for rows, reason in [
         ([[3, 7, 11, 1, 1e-3, "sparse"]], "bad_buffers"),
@@ -211,7 +219,12 @@ def test_random_bytes_never_escape_as_anything_but_a_rejection(frames: list[byte
 @settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(
-        st.sampled_from(["v", "op", "src", "origin", "seq", "tau", "encoding", "iteration", "epoch", "x"]),
+        st.one_of(
+            st.sampled_from(
+                ["v", "op", "src", "origin", "seq", "tau", "encoding", "iteration", "epoch", "x"]
+            ),
+            st.integers(-2, len(FIELD_NAMES) + 2),  # names and codes, known and not
+        ),
         st.one_of(st.integers(-3, 3), st.text(max_size=3), st.none(), st.floats(), st.booleans()),
         max_size=10,
     )

@@ -1,9 +1,10 @@
 """psrv.encoding.update_header: the one definition of an update's header, and the wire it gives.
 
-The golden frames below are protocol 2's. They are the frames written by the code before the header
-moved into encoding/ (main at 4875062, ``transport/batch.py`` + ``transport/payload.py``) with the
-version byte raised from 1 to 2 (``a17601`` -> ``a17602``), plus the one-row UPDATES that protocol 2
-sends for a lone update; the wire must stay byte-identical to them.
+The named golden frames below are protocol 2's: the frames written by the code before the header
+moved into encoding/ (main at 4875062, ``transport/batch.py`` + ``transport/payload.py``), plus the
+one-row UPDATES that protocol 2 sends for a lone update, with the version byte raised to today's
+(``a17601`` -> ``a17605``); they are still accepted. What is sent is the compact frame and, since
+protocol 5, headers whose fields travel by code; the wire must stay byte-identical to them.
 """
 
 from __future__ import annotations
@@ -32,25 +33,34 @@ F1 = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 0.5, "encoding"
 F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "encoding": "bitmap"}
 SPARSE_HEX = "02000000280000000000003f0000000003000000f8ffffff"
 BITMAP_HEX = "28000000280000000000803e01000000ffff0800ffff0000ff000000"
-UPDATE_HEADER_HEX = (  # still accepted, no longer sent
-    "89a17604a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
+#: an UPDATE's header as it is sent since protocol 5: "v" by name, every other field and the op by
+#: code (psrv.transport.header_codes): {"v": 5, 0: 3 (update), 1: 2, 13: 3, 14: 7, 15: 11, 16: 1, 17: 0.5,
+#: 18: "sparse"}
+UPDATE_CODED_HEX = "89a17605000301020d030e070f0b100111cb3fe000000000000012a6737061727365"
+#: F1 and F2 in an UPDATES whose header names its fields by code (0: 4 is updates, 19 the rows)
+UPDATES_CODED_HEX = (
+    "84a176050004010213929603070b01cb3fe0000000000000a67370617273659604cf0000010000000000fb00cb3fd000"
+    "0000000000a66269746d6170"
+)
+UPDATE_HEADER_HEX = (  # the fields by name: still accepted, no longer sent
+    "89a17605a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
     "636801a3746175cb3fe0000000000000a8656e636f64696e67a6737061727365"
 )
 ONE_ROW_HEADER_HEX = (  # still accepted; sent for a lone update the compact frame cannot carry
-    "84a17604a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
+    "84a17605a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
     "7365"
 )
-#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 4 <<
+#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 5 <<
 #: 3 | sparse (origin apart from src), src + 1 = 3, origin 3, seq 7, zigzag(11) = 0x16, zigzag(1) = 2,
 #: count 2, N 40, τ's float32 bits, then the two indices
-COMPACT_HEX = "c120030307160202280000003f03000000f8ffffff"
-#: F1 and F2 as one compact batch: 4 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
+COMPACT_HEX = "c128030307160202280000003f03000000f8ffffff"
+#: F1 and F2 as one compact batch: 5 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
 #: apart), then each with its body's length (the bitmap's less the 3 zero bytes ending it)
 COMPACT_BATCH_HEX = (
-    "c123030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
+    "c12b030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
 )
 UPDATES_HEADER_HEX = (  # still accepted; sent for updates the compact frame cannot carry
-    "84a17604a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
+    "84a17605a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
     "73659604cf0000010000000000fb00cb3fd0000000000000a66269746d6170"
 )
 
@@ -70,7 +80,7 @@ def test_the_wire_is_byte_identical_to_its_golden_frames() -> None:
     two = encode_frames(batch_message([(dict(F1), m1), (dict(F2), m2)], src=2))
     assert [frame.hex() for frame in one] == [COMPACT_HEX]
     assert [frame.hex() for frame in two] == [COMPACT_BATCH_HEX]
-    assert encode_frames(Message(Op.UPDATE, dict(F1), [m1], src=2))[0].hex() == UPDATE_HEADER_HEX
+    assert encode_frames(Message(Op.UPDATE, dict(F1), [m1], src=2))[0].hex() == UPDATE_CODED_HEX
 
 
 def test_the_golden_frames_decode_to_the_same_items() -> None:
@@ -84,6 +94,12 @@ def test_the_golden_frames_decode_to_the_same_items() -> None:
         [bytes.fromhex(UPDATES_HEADER_HEX), bytes.fromhex(SPARSE_HEX), bytes.fromhex(BITMAP_HEX)]
     )
     assert [f for f, _ in unbatch(update)] == [F1]
+    coded = decode_frames([bytes.fromhex(UPDATE_CODED_HEX), bytes.fromhex(SPARSE_HEX)])
+    assert [f for f, _ in unbatch(coded)] == [F1]
+    coded_rows = decode_frames(
+        [bytes.fromhex(UPDATES_CODED_HEX), bytes.fromhex(SPARSE_HEX), bytes.fromhex(BITMAP_HEX)]
+    )
+    assert [f for f, _ in unbatch(coded_rows)] == [F1, F2]
     assert [f for f, _ in unbatch(updates)] == [F1, F2]
     batch = decode_frames([bytes.fromhex(COMPACT_BATCH_HEX)])
     assert [(f, bytes(b)) for f, b in unbatch(batch)] == [(F1, m1.tobytes()), (F2, m2.tobytes())]
