@@ -74,6 +74,7 @@ from psrv.transport.events import (
 )
 from psrv.transport.messages import Message, Op
 from psrv.transport.sockets import valid_address
+from psrv.transport.stat_codes import BEAT_BASELINE
 
 __all__ = ["ControllerMachine", "NodeRecord"]
 
@@ -289,7 +290,8 @@ class ControllerMachine:
         self._ids.bind(node_id, rid, session, msg["token"], name)
         self._pending[node_id] = now
         self._dropped[node_id] = 0
-        self._records[node_id] = NodeRecord(node_id, address, name, msg["token"], restart, self.wall_clock())
+        self._records[node_id] = NodeRecord(node_id, address, name, msg["token"], restart, self.wall_clock(),
+                                            stats=dict(BEAT_BASELINE))  # its first beat: what differs
         self.counters.add("joins")
         self.log.info(
             "node %d joined from %s (name %s, restart %s): parent %d, depth %d, mesh version %d",

@@ -10,7 +10,7 @@ machine and the other parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psrv.server.clock_offset import CLOCK_ECHO, CLOCK_SENT, OffsetEstimator
@@ -23,44 +23,55 @@ from psrv.server.warmup import params_checksum
 from psrv.transport.errors import ControllerLostError, JoinError
 from psrv.transport.events import Connect
 from psrv.transport.messages import Message, Op
+from psrv.transport.stat_codes import BEAT_BASELINE
 
-__all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "FULL_STATS_EVERY", "StatsDelta", "Timers"]
+__all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "FULL_BEATS_ONLY", "FULL_STATS_EVERY", "StatsDelta", "Timers"]
 
 _STATS_KEYS = ("updates_sent", "updates_received", "updates_applied", "updates_relayed",
                "duplicates_dropped", "updates_dropped_backpressure", "resyncs")
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 2.0
 FULL_STATS_EVERY = 10  # beats: every tenth carries all the stats, the others what changed
+FULL_BEATS_ONLY = frozenset({"handler_ms"})  # stats refreshed at the controller by the full beats only
 _MISSING = object()
 
 
 class StatsDelta:
-    """What of a beat's stats to send: all of them on the first beat of a membership, every
-    ``full_every`` beats and when a name went away; otherwise only those that changed since the
-    previous beat (the controller merges them into what it holds). Most stats stand still between
-    two beats (the flags, the ids, the rarely moving counters), and a beat that carried them all
-    was most of a node's bytes on a small model. The full beats bound how long a value can stay
-    stale at the controller should a beat ever be lost."""
+    """What of a beat's stats to send: every ``full_every`` beats, and when a name went away, all
+    of them; otherwise only those that changed since the previous beat (the controller merges them
+    into what it holds), the first beat of a membership what differs from ``baseline`` (what the
+    controller holds from the join). Most stats stand still between two beats (the flags, the ids,
+    the rarely moving counters), and a beat that carried them all was most of a node's bytes on a
+    small model. The full beats bound how long a value can stay stale at the controller should a
+    beat ever be lost, and carry the ``full_only`` stats: diagnostics that move with every message
+    handled (``handler_ms``) and would otherwise ride on every beat."""
 
-    def __init__(self, full_every: int = FULL_STATS_EVERY) -> None:
+    def __init__(self, full_every: int = FULL_STATS_EVERY, baseline: Mapping[str, Any] | None = None,
+                 full_only: frozenset[str] = FULL_BEATS_ONLY) -> None:
         if full_every < 1:
             raise ValueError(f"full_every must be >= 1, got {full_every}")
         self.full_every = full_every
-        self._sent: dict[str, Any] | None = None
+        self.baseline = dict(BEAT_BASELINE if baseline is None else baseline)
+        self.full_only = full_only
+        self._sent: dict[str, Any] = dict(self.baseline)
         self._since_full = 0
 
     def reset(self) -> None:
-        """A new membership (the controller holds nothing of ours): the next beat carries all."""
-        self._sent = None
+        """A new membership (the controller holds the baseline for us): the next beat says how we
+        differ from it."""
+        self._sent = dict(self.baseline)
+        self._since_full = 0
 
     def next(self, stats: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """``(stats to send, delta)`` for this beat's ``stats``."""
         sent, self._sent = self._sent, dict(stats)
         self._since_full += 1
-        if sent is None or self._since_full >= self.full_every or not sent.keys() <= stats.keys():
+        if self._since_full >= self.full_every or not sent.keys() <= stats.keys():
             self._since_full = 0
             return stats, False
-        return {k: v for k, v in stats.items() if _changed(sent.get(k, _MISSING), v)}, True
+        full_only = self.full_only
+        return {k: v for k, v in stats.items()
+                if k not in full_only and _changed(sent.get(k, _MISSING), v)}, True
 
 
 def _changed(old: Any, new: Any) -> bool:
@@ -135,7 +146,7 @@ class Timers:
         """The controller took us in (``paced``: at its own heartbeat pace, now in the view's config)."""
         view = self.view
         self._lost_since = None
-        self._stats.reset()  # a new member record at the controller: our next beat says everything
+        self._stats.reset()  # a new member record at the controller, with the baseline stats
         if paced:
             self._beat = BeatTimer(view.config.heartbeat_s)
             self._freeze = FreezeGuard(view.config.heartbeat_s, view.now)
@@ -201,7 +212,8 @@ class Timers:
             self.view.counters.gauges["beat_late_ms"] = round(self._beat.lateness_s * 1000.0, 2)
             self._send_heartbeat()
 
-    def _send_heartbeat(self) -> None:
+    def beat_stats(self) -> dict[str, Any]:
+        """What our beat reports now, in full (the beat itself may carry only what changed)."""
         view = self.view
         counters = view.counters
         stats: dict[str, Any] = {k: counters[k] for k in _STATS_KEYS}
@@ -210,10 +222,15 @@ class Timers:
         stats.update(counters.gauges)  # e.g. mesh_version, and whatever the embedding process reports
         if self._wall_clock is not None:
             stats[CLOCK_SENT] = self._wall_clock()  # the controller echoes it (clock offset)
-        if view.config.status_stats and view.params.size <= view.config.checksum_max_params:
-            stats.update(params_checksum(view.params))
+        if (view.config.status_stats and view.state is NodeState.RUNNING
+                and view.params.size <= view.config.checksum_max_params):
+            stats.update(params_checksum(view.params))  # not while syncing: no master copy yet to compare
+        return stats
+
+    def _send_heartbeat(self) -> None:
+        view = self.view
         version = view.mesh.version if view.mesh is not None else 0
-        stats, delta = self._stats.next(stats)
+        stats, delta = self._stats.next(self.beat_stats())
         fields = {"mesh_version": version, "stats": stats, "watermark": {}}
         if delta:
             fields["delta"] = True

@@ -31,8 +31,9 @@ __all__ = [
 #: (``psrv.encoding.update_frame``) instead of a msgpack header and their payloads; 4: a heartbeat's
 #: well-known stat names travel as codes (``psrv.transport.stat_codes``), and a node's beat may carry
 #: only the stats that changed since its previous one (``delta``); 5: a header's field names and its
-#: op travel as codes (``psrv.transport.header_codes``)
-PROTOCOL_VERSION = 5
+#: op travel as codes (``psrv.transport.header_codes``); 6: the loop's gauges travel as codes too, and
+#: a membership's first beat carries only how its stats differ from ``stat_codes.BEAT_BASELINE``
+PROTOCOL_VERSION = 6
 UNJOINED = -1  # the ``src`` of a process that has no node id yet (joining node, `psrv status`)
 
 

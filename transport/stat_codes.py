@@ -6,17 +6,19 @@ node a second), which on a small model weighs as much as the updates themselves.
 names listed here travel as their position in ``STAT_NAMES`` in a flat ``known`` list
 ``[code, value, code, value, ...]`` beside the header's ``stats`` map, which keeps every other
 name as it is; the receiver puts the names back before the catalogue checks the message, so every
-handler sees the same ``stats`` map as before. Codes are positions: append new names, never
-reorder or remove one (that is a new protocol version).
+handler sees the same ``stats`` map as before. A membership's first beat says only how its stats
+differ from ``BEAT_BASELINE``, which the controller holds from the join. Codes are positions:
+append new names, never reorder or remove one (that is a new protocol version).
 """
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from psrv.transport.errors import FrameRejectedError
 
-__all__ = ["STAT_NAMES", "compact_stats", "expand_stats"]
+__all__ = ["BEAT_BASELINE", "STAT_NAMES", "compact_stats", "expand_stats"]
 
 #: the names a node's heartbeat carries every beat (server/node_timers.py, the Spark task's progress
 #: and failure gauges, the replica checksum, the clock stamp); append only
@@ -27,7 +29,19 @@ STAT_NAMES: tuple[str, ...] = (
     "train_partition", "train_epoch", "train_steps", "train_examples", "train_bytes_out",
     "train_bytes_in", "train_loss", "train_job", "train_fatal",
     "params_sum", "params_abs_sum", "params_crc32",
+    # protocol 6: the I/O loop's gauges (psrv.transport.loopstats)
+    "loop_receive_max_ms", "loop_send_max_ms", "loop_tick_max_ms", "loop_max_ms", "beat_late_max_ms",
+    "pending_max", "loop_iterations",
 )
+#: what the controller holds for a member from its join, and what the member's first beat says only
+#: its differences from: the counters at zero and the loop's gauges as they start. A node's first
+#: beat of a membership was a full one, and on a small model whose fit lasts a second or two it is
+#: the only beat a node sends: most of its values were these zeros.
+BEAT_BASELINE: MappingProxyType[str, Any] = MappingProxyType({
+    **dict.fromkeys(STAT_NAMES[:8], 0),  # the counters, rejected_total the last
+    "beat_late_ms": 0.0, "loop_receive_max_ms": 0.0, "loop_send_max_ms": 0.0, "loop_tick_max_ms": 0.0,
+    "loop_max_ms": 0.0, "beat_late_max_ms": 0.0, "pending_max": 0, "loop_iterations": 0,
+})
 _CODES = {name: code for code, name in enumerate(STAT_NAMES)}
 _SCALARS = (int, float, str, bool, type(None))
 

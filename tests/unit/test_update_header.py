@@ -3,7 +3,7 @@
 The named golden frames below are protocol 2's: the frames written by the code before the header
 moved into encoding/ (main at 4875062, ``transport/batch.py`` + ``transport/payload.py``), plus the
 one-row UPDATES that protocol 2 sends for a lone update, with the version byte raised to today's
-(``a17601`` -> ``a17605``); they are still accepted. What is sent is the compact frame and, since
+(``a17601`` -> ``a17606``); they are still accepted. What is sent is the compact frame and, since
 protocol 5, headers whose fields travel by code; the wire must stay byte-identical to them.
 """
 
@@ -33,34 +33,34 @@ F1 = {"origin": 3, "seq": 7, "iteration": 11, "epoch": 1, "tau": 0.5, "encoding"
 F2 = {"origin": 4, "seq": 2**40, "iteration": -5, "epoch": 0, "tau": 0.25, "encoding": "bitmap"}
 SPARSE_HEX = "02000000280000000000003f0000000003000000f8ffffff"
 BITMAP_HEX = "28000000280000000000803e01000000ffff0800ffff0000ff000000"
-#: an UPDATE's header as it is sent since protocol 5: "v" by name, every other field and the op by
-#: code (psrv.transport.header_codes): {"v": 5, 0: 3 (update), 1: 2, 13: 3, 14: 7, 15: 11, 16: 1, 17: 0.5,
+#: an UPDATE's header as sent since protocol 5 (version 6 now): "v" by name, every other field and the op by
+#: code (psrv.transport.header_codes): {"v": 6, 0: 3 (update), 1: 2, 13: 3, 14: 7, 15: 11, 16: 1, 17: 0.5,
 #: 18: "sparse"}
-UPDATE_CODED_HEX = "89a17605000301020d030e070f0b100111cb3fe000000000000012a6737061727365"
+UPDATE_CODED_HEX = "89a17606000301020d030e070f0b100111cb3fe000000000000012a6737061727365"
 #: F1 and F2 in an UPDATES whose header names its fields by code (0: 4 is updates, 19 the rows)
 UPDATES_CODED_HEX = (
-    "84a176050004010213929603070b01cb3fe0000000000000a67370617273659604cf0000010000000000fb00cb3fd000"
+    "84a176060004010213929603070b01cb3fe0000000000000a67370617273659604cf0000010000000000fb00cb3fd000"
     "0000000000a66269746d6170"
 )
 UPDATE_HEADER_HEX = (  # the fields by name: still accepted, no longer sent
-    "89a17605a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
+    "89a17606a26f70a6757064617465a373726302a66f726967696e03a373657107a9697465726174696f6e0ba565706f"
     "636801a3746175cb3fe0000000000000a8656e636f64696e67a6737061727365"
 )
 ONE_ROW_HEADER_HEX = (  # still accepted; sent for a lone update the compact frame cannot carry
-    "84a17605a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
+    "84a17606a26f70a775706461746573a373726302a775706461746573919603070b01cb3fe0000000000000a673706172"
     "7365"
 )
-#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 5 <<
+#: the compact frame of F1 with the sparse payload (psrv.encoding.update_frame): tag 0xC1, protocol 6 <<
 #: 3 | sparse (origin apart from src), src + 1 = 3, origin 3, seq 7, zigzag(11) = 0x16, zigzag(1) = 2,
 #: count 2, N 40, τ's float32 bits, then the two indices
-COMPACT_HEX = "c128030307160202280000003f03000000f8ffffff"
-#: F1 and F2 as one compact batch: 5 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
+COMPACT_HEX = "c130030307160202280000003f03000000f8ffffff"
+#: F1 and F2 as one compact batch: 6 << 3 | BATCH, src + 1, 2 updates, their flags (sparse, bitmap; origin
 #: apart), then each with its body's length (the bitmap's less the 3 zero bytes ending it)
 COMPACT_BATCH_HEX = (
-    "c12b030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
+    "c133030200010307160202280000003f0803000000f8ffffff04808080808020090028280000803e09ffff0800ffff0000ff"
 )
 UPDATES_HEADER_HEX = (  # still accepted; sent for updates the compact frame cannot carry
-    "84a17605a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
+    "84a17606a26f70a775706461746573a373726302a775706461746573929603070b01cb3fe0000000000000a673706172"
     "73659604cf0000010000000000fb00cb3fd0000000000000a66269746d6170"
 )
 
