@@ -18,8 +18,8 @@ its harness run: compare medians over the seeds, not single runs. Prints one tab
 the test accuracy per seed, the median, the points against one process, and the bytes sent against a
 dense exchange (Spark: every message of every epoch, as ``last_fit`` counts them after each), and for
 the Spark rows what crossed the wire against it (``last_fit["wire_bytes"]``: every frame the workers'
-nodes sent, heartbeats, join and leave included, and of it the heartbeats'; the bytes aim checks what
-crossed the wire less the heartbeats where that was counted, the payloads elsewhere).
+nodes sent, heartbeats, join and leave included, and of it the heartbeats'; the bytes aim checks all
+that crossed the wire where that was counted, the payloads elsewhere).
 """
 
 from __future__ import annotations
@@ -280,11 +280,9 @@ def table(runs: list[dict[str, Any]], workers: int) -> str:
                 if counted else "-"
             beats = f"{statistics.median(r['beats'] / max(1, r['dense']) for r in group):.4f}" \
                 if counted else "-"
-            data = statistics.median((r["wire"] - r["beats"]) / max(1, r["dense"]) for r in group) \
-                if counted else None
             steps = statistics.median(r["steps"] for r in group)
-            # the bytes aim: the updates as they travel where that was counted (all but the heartbeats)
-            ratio = None if share == "-" else data if data is not None else float(share)
+            # the bytes aim: every frame the nodes sent where that was counted, the payloads elsewhere
+            ratio = None if share == "-" else float(wire) if counted else float(share)
             aims = aims_verdict(workers, 100 * (middle - one), paired, bytes_ratio=ratio) \
                 if key[1] == "default" else "-"
             lines.append(f"| {name} | {1 if key[1] == 'one' else workers} | {label} | "

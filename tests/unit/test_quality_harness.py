@@ -231,12 +231,14 @@ def test_the_spark_benchmark_names_sgd_runs_apart() -> None:
         ("| cnn", "one process", "+0.0", "-"), ("| cnn", "Spark, default", "-2.0", "-"),
         ("| cnn", "Spark, default, 2 local steps", "+1.0", "6.0")]
     assert rows[2][-1] == "met |"
-    # what crossed the wire, where a fit counted it: the bytes aim takes it less the heartbeats
-    wired = [{**r, "wire": wire, "beats": beats} for r in local for wire, beats in ((30, 25),)]
+    # what crossed the wire, where a fit counted it: the bytes aim takes all of it, the heartbeats too
+    wired = [{**r, "wire": 9, "beats": 2} for r in local]
     row = bench_quality_spark.table(runs + wired, 2).splitlines()[4].split(" | ")
-    assert (row[8], row[9], row[10], row[-1]) == ("0.0100", "0.0300", "0.0250", "met |")
-    wired = [{**r, "wire": 40, "beats": 10} for r in local]  # 3 % of a dense exchange beside the beats
+    assert (row[8], row[9], row[10], row[-1]) == ("0.0100", "0.0090", "0.0020", "met |")
+    wired = [{**r, "wire": 12, "beats": 4} for r in local]  # payloads within 1 %, the beats take it over
     assert bench_quality_spark.table(runs + wired, 2).splitlines()[4].endswith("| missed: bytes |")
+    wired = [{**r, "bytes": 20, "wire": 9, "beats": 2} for r in local]  # the wire decides, not the payloads
+    assert bench_quality_spark.table(runs + wired, 2).splitlines()[4].endswith("| met |")
 
 
 def test_every_method_sees_the_same_minibatches() -> None:
