@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from psrv.transport.errors import FrameRejectedError
+from psrv.transport.loopstats import LoopStats
 
 __all__ = ["BEAT_BASELINE", "STAT_NAMES", "compact_stats", "expand_stats"]
 
@@ -37,10 +38,16 @@ STAT_NAMES: tuple[str, ...] = (
 #: its differences from: the counters at zero and the loop's gauges as they start. A node's first
 #: beat of a membership was a full one, and on a small model whose fit lasts a second or two it is
 #: the only beat a node sends: most of its values were these zeros.
+def _loop_gauges_at_start() -> dict[str, Any]:
+    gauges: dict[str, Any] = {}
+    LoopStats(gauges)  # the values its reset() starts a window with
+    return {name: value for name, value in gauges.items() if name in STAT_NAMES}  # not handler_ms
+
+
 BEAT_BASELINE: MappingProxyType[str, Any] = MappingProxyType({
     **dict.fromkeys(STAT_NAMES[:8], 0),  # the counters, rejected_total the last
-    "beat_late_ms": 0.0, "loop_receive_max_ms": 0.0, "loop_send_max_ms": 0.0, "loop_tick_max_ms": 0.0,
-    "loop_max_ms": 0.0, "beat_late_max_ms": 0.0, "pending_max": 0, "loop_iterations": 0,
+    "beat_late_ms": 0.0,
+    **_loop_gauges_at_start(),
 })
 _CODES = {name: code for code, name in enumerate(STAT_NAMES)}
 _SCALARS = (int, float, str, bool, type(None))
