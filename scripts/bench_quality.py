@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default", "onestep", "gradients", "gradlin")
+           "default", "onestep", "zerostart", "gradients", "gradlin")
 #: the default with K optimizer steps a message: methods "local2", "local4", "local8"
 LOCAL_STEPS = (2, 4, 8)
 METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
@@ -77,6 +77,7 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
           "default": "sharing, default (quantile τ at 3 % within 1 % of the bytes, own point, "
                      "momentum ** workers, local steps auto)",
           "onestep": "sharing, default with 1 step a message (local_steps=1)",
+          "zerostart": "sharing, default with RMSprop's square average from zero (torch's start)",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
           **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS},
@@ -182,7 +183,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                   lambda: ResidualClipping(5, 5), own_point=True, scale_momentum=True)
         # the shipped default's local_steps="auto", decided by the product's own rule for this task's model
         default = dataclasses.replace(onestep, local_steps=auto_local_steps(task, setting)) \
-            if method == "default" else onestep
+            if method in ("default", "zerostart") else onestep
         config = {"dl4j": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5)),
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),
                   "warmup": harness.Sharing(lambda: SampledQuantileThreshold(warmup=WARMUP),
@@ -207,6 +208,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                             lambda: ResidualClipping(5, 5), own_point=True),
                   "default": default,
                   "onestep": onestep,
+                  "zerostart": dataclasses.replace(default, square_start=False),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True),
                   **{f"local{k}": dataclasses.replace(onestep, local_steps=k) for k in LOCAL_STEPS},

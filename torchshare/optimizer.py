@@ -102,7 +102,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     (every param group with ``betas``), and SGD's or RMSprop's momentum with its ``lr`` times
     (1 - momentum ** N) / (1 - momentum), which keeps the step's size (psrv.nn.momentum: with N
     workers sharing, beta ** N forgets per minibatch as one process does; README's "How much a step
-    learns"). Build an LR scheduler that sets ``lr`` from its initial values (LambdaLR, OneCycleLR)
+    learns"); RMSprop's square average then starts at the first gradient's square, not at zero.
+    Build an LR scheduler that sets ``lr`` from its initial values (LambdaLR, OneCycleLR)
     after wrapping, so that it starts from the scaled ``lr``. Off by default here: the loop is the
     user's, and the optimizer steps as they built it unless they ask.
     The model is re-pointed into one flat buffer (its tensors keep their identity, values and device);

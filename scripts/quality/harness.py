@@ -39,7 +39,7 @@ from psrv.encoding import (
     message_info,
 )
 from psrv.nn import TorchNetwork
-from psrv.nn.momentum import momentum_for_workers
+from psrv.nn.momentum import momentum_for_workers, start_square_averages
 from torch import nn
 
 from quality.tasks import Task
@@ -91,6 +91,9 @@ class Sharing:
     masking: bool = False  # momentum factor masking: clear the optimizer's momentum where sent
     own_point: bool = False  # steps from the replica plus the worker's residual (step_from="own")
     scale_momentum: bool = False  # each worker's momentum = given ** workers (psrv.nn.momentum)
+    # with scale_momentum: RMSprop's square average starts at the first gradient's square (as the product
+    # does), else at zero as torch starts it
+    square_start: bool = True
     # the workers of a round step one after the other, each after what the workers before it in the
     # round sent has arrived (with delay 0); else every worker of a round steps from the same point
     interleave: bool = False
@@ -355,6 +358,8 @@ def sharing(task: Task, setting: Setting, config: Sharing | None = None, name: s
     if config.scale_momentum:
         for net in nets:
             momentum_for_workers(net, setting.workers)
+            if not config.square_start:
+                start_square_averages(net.optimizer, False)
     size, np_dtype = nets[0].num_params, nets[0].params.dtype
     master = nets[0].params.copy()
     encoders = _encoders(config, len(nets), size, np_dtype)

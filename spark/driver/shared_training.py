@@ -106,7 +106,9 @@ class SharedTrainingMaster:
     Nesterov) or RMSprop's with its learning rate times (1 - momentum ** N) / (1 - momentum), which
     keeps the step's size. With N workers every replica takes N steps in the time each worker takes
     one, and the coefficient that forgets like one process per minibatch is beta ** N
-    (psrv.nn.momentum; README's "How much a step learns").
+    (psrv.nn.momentum; README's "How much a step learns"). RMSprop with momentum also starts its square
+    average at the first gradient's square, not at zero: torch's uncorrected zero start inflates the
+    first steps, and a worker's start lasts N times as many of the cluster's minibatches.
     ``scale_momentum=False`` keeps the optimizer as given, as DL4J does: DL4J's behaviour as a whole is
     ``threshold_algorithm=dl4j_threshold(), step_from="shared", scale_momentum=False, local_steps=1``.
     The driver's network is never changed; ``last_fit["momentum"]`` says what the workers used.

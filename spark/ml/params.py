@@ -154,7 +154,9 @@ class EstimatorParams(ModelParams):
     scaleMomentum = _param("scaleMomentum", "the default training master sets each worker's momentum "
                            "(Adam's beta1, SGD's or RMSprop's momentum with its lr scaled to keep the "
                            "step's size) to beta ** (workers sharing), so the shared model's momentum "
-                           "forgets per minibatch as one process's does (False: the optimizer as given)",
+                           "forgets per minibatch as one process's does, and starts RMSprop's square "
+                           "average at the first gradient's square rather than zero (False: the "
+                           "optimizer as given)",
                            TypeConverters.toBoolean)
     localSteps = _param("localSteps", "optimizer steps a message for the default training master: each "
                         "worker splits every minibatch into this many pieces, steps on each in turn and "

@@ -2,7 +2,8 @@
 workers) against the same module trained in this process for the same epochs, with the defaults (tau
 from each step's residual at 3 % of the elements, under 1/100 of the bytes of a dense exchange; each
 worker stepping from its replica plus its residual; Adam's beta1 ** workers), with DL4J's threshold
-in their place, with SGD (its momentum ** workers, its lr scaled to keep the step's size), and with one
+in their place, with SGD (its momentum ** workers, its lr scaled to keep the step's size), with RMSprop
+(the same, and its square average started at the first gradient's square), and with one
 optimizer step a message where the default ``local_steps="auto"`` takes two for this small model."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
 from psrv.encoding import ResidualClipping, dl4j_threshold, shared_training_threshold  # noqa: E402
 from psrv.nn import TorchNetwork  # noqa: E402
+from psrv.nn.momentum import SQUARE_START_NAME  # noqa: E402
 from psrv.spark import SharedTrainingMaster  # noqa: E402
 from psrv.spark.ml import TorchEstimator  # noqa: E402
 
@@ -28,12 +30,15 @@ EPOCHS = 5
 def _optimizer(name: str):
     if name == "sgd":
         return lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    if name == "rmsprop":
+        return lambda params: torch.optim.RMSprop(params, lr=1e-4, momentum=0.9)
     return lambda params: torch.optim.Adam(params, lr=1e-3)
 
 
 @pytest.mark.parametrize(("threshold", "optimizer", "local_steps", "taken"),
                          [("default", "adam", "auto", 2), ("dl4j", "adam", 1, 1),
-                          ("default", "sgd", "auto", 2), ("default", "adam", 1, 1)])
+                          ("default", "sgd", "auto", 2), ("default", "rmsprop", "auto", 2),
+                          ("default", "adam", 1, 1)])
 def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshold: str, optimizer: str,
                                                                  local_steps: int | str, taken: int) -> None:
     x, y = sklearn_datasets.make_classification(n_samples=3000, n_features=16, n_informative=8, n_redundant=4,
@@ -63,7 +68,7 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
     assert fit["workers"] == 2 and fit["replicas_diverged"] == 0
     assert fit["step_from"] == {"own": 2}  # the default: each worker's step from its replica + residual
     assert fit["local_steps"] == {taken: 2}  # "auto": 2 for this model of 19,075 parameters
-    kind = "Adam" if optimizer == "adam" else "SGD"
+    kind = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}[optimizer]
     assert fit["local_steps_rule"].startswith(f"auto: 2 optimizer steps a message (19,075 parameters, {kind}"
                                               if taken == 2 else "local_steps=1, as set")
     assert fit["updates_missing"] == 0 and fit["replicas_checked"] == 2
@@ -79,11 +84,15 @@ def test_sharing_reaches_single_process_accuracy_at_equal_epochs(spark, threshol
         assert [(name, given) for name, given, _ in fit["momentum"]] == [("Adam betas[0]", 0.9)]
         assert fit["momentum"][0][2] == pytest.approx(0.81, abs=1e-12)
         assert group["betas"] == (0.9, 0.999)
-    else:  # SGD's lr scaled with it, by (1 - 0.81) / (1 - 0.9): the step a gradient makes keeps its size
-        assert [(name, given) for name, given, _ in fit["momentum"]] == [("SGD momentum", 0.9),
-                                                                         ("SGD lr", 0.01)]
-        assert [now for _, _, now in fit["momentum"]] == pytest.approx([0.81, 0.019], abs=1e-12)
-        assert group["momentum"] == 0.9 and group["lr"] == 0.01
+    else:  # the lr scaled with it, by (1 - 0.81) / (1 - 0.9): the step a gradient makes keeps its size
+        lr = 0.01 if optimizer == "sgd" else 1e-4
+        started = [(f"RMSprop {SQUARE_START_NAME}", 0.0)] if optimizer == "rmsprop" else []
+        assert [(name, given) for name, given, _ in fit["momentum"]] == [(f"{kind} momentum", 0.9),
+                                                                         (f"{kind} lr", lr), *started]
+        nows = [0.81, 1.9 * lr] + [1.0] * len(started)
+        assert [now for _, _, now in fit["momentum"]] == pytest.approx(nows, abs=1e-12)
+        assert group["momentum"] == 0.9 and group["lr"] == lr
+        assert not model.network.optimizer._optimizer_step_pre_hooks  # the driver's: no start set
     if threshold == "default":
         assert fit["bytes_sent"] <= fit["dense_bytes"] / 100  # the last epoch's messages: <= 1/100 of dense
 

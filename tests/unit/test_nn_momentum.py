@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from psrv.nn import Adam, Dense, Nesterov, Network, Output
 from psrv.nn.errors import ConfigError
-from psrv.nn.momentum import GIVEN_KEY, LR_FACTOR_KEY, lr_factor, momentum_for_workers
+from psrv.nn.momentum import (
+    GIVEN_KEY,
+    LR_FACTOR_KEY,
+    SQUARE_START_KEY,
+    SQUARE_START_NAME,
+    lr_factor,
+    momentum_for_workers,
+    start_square_averages,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -65,6 +73,7 @@ def test_the_scaled_optimizer_steps_as_torch_does_with_the_scaled_values_given(k
         momentum_for_workers(scaled, 3)
         reference = torch.optim.RMSprop(twin.parameters(), lr=1e-3 * lr_factor(0.9, 3), momentum=0.9 ** 3,
                                         centered=centered)
+        start_square_averages(reference)
     else:
         scaled = torch.optim.SGD(module.parameters(), lr=1e-2, momentum=0.9, nesterov=True)
         momentum_for_workers(scaled, 3)
@@ -180,11 +189,13 @@ def test_rmsprop_with_momentum_gets_it_to_the_power_of_the_workers_with_its_lr_s
     optimizer = torch.optim.RMSprop(torch.nn.Linear(3, 2).parameters(), lr=1e-3, momentum=0.8, alpha=0.95)
     changes = momentum_for_workers(optimizer, 4)
     group = optimizer.param_groups[0]
-    assert [(c.name, c.given) for c in changes] == [("RMSprop momentum", 0.8), ("RMSprop lr", 1e-3)]
+    assert [(c.name, c.given, c.now) for c in changes][::2] == [
+        ("RMSprop momentum", 0.8, 0.8 ** 4), (f"RMSprop {SQUARE_START_NAME}", 0.0, 1.0)]
+    assert changes[1].name == "RMSprop lr"
     assert group["momentum"] == pytest.approx(0.8 ** 4, abs=1e-15)
     assert group["lr"] == pytest.approx(1e-3 * (1 - 0.8 ** 4) / 0.2, rel=1e-14)
     assert group["alpha"] == 0.95  # its second moment's coefficient stays as given
-    momentum_for_workers(optimizer, 1)
+    assert momentum_for_workers(optimizer, 1)[-1].now == 0.0  # torch's own start again
     assert group["momentum"] == 0.8 and group["lr"] == 1e-3  # bit for bit
 
 
@@ -259,3 +270,149 @@ def test_the_power_is_the_tasks_running_at_once_times_their_local_workers() -> N
     assert momentum_workers(True, partitions=4, parallelism=2, workers_per_node=1) == 2  # in two waves
     assert momentum_workers(True, partitions=2, parallelism=8, workers_per_node=3) == 6
     assert momentum_workers(False, partitions=8, parallelism=8, workers_per_node=2) == 1
+
+
+# --- RMSprop with momentum: the square average starts at the first gradient's square -----------------
+
+def _rmsprop(module: torch.nn.Module, **options) -> torch.optim.RMSprop:
+    return torch.optim.RMSprop(module.parameters(), **{"lr": 1e-3, "momentum": 0.9, **options})
+
+
+def _loss_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> None:
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    optimizer.zero_grad()
+    module(x).pow(2).mean().backward()
+    optimizer.step()
+
+
+def _linear() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return torch.nn.Linear(4, 3).double()
+
+
+def test_rmsprop_s_first_step_divides_by_the_gradient_s_own_size_not_by_a_tenth_of_it() -> None:
+    """torch's zero start makes the first square average (1 - alpha) g^2, and the step lr g /
+    (sqrt(0.01) |g|): 10x the settled size. Started for 4 workers, the average is g^2 exactly and the
+    first step is lr' g / (|g| + eps), lr' the scaled lr."""
+    module = _linear()
+    optimizer = _rmsprop(module)
+    momentum_for_workers(optimizer, 4)
+    before = [p.detach().clone() for p in module.parameters()]
+    x = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    module(x).pow(2).mean().backward()
+    grads = [p.grad.detach().clone() for p in module.parameters()]
+    optimizer.step()
+    lr = optimizer.param_groups[0]["lr"]
+    for p, b, g in zip(module.parameters(), before, grads, strict=True):
+        assert torch.equal(optimizer.state[p]["square_avg"], g * g)
+        torch.testing.assert_close(p.detach(), b - lr * g / (g.abs() + 1e-8), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("centered", [False, True])
+def test_the_started_state_is_the_one_torch_builds_but_for_the_square_average(centered: bool) -> None:
+    """Keys, shapes, dtypes and devices as torch's own start, so checkpoints, updater_state and
+    load_state_dict see nothing new; only ``square_avg`` differs."""
+    a, b = _linear(), _linear()
+    started, plain = _rmsprop(a, centered=centered), _rmsprop(b, centered=centered)
+    start_square_averages(started)
+    for module, optimizer in ((a, started), (b, plain)):
+        _loss_step(module, optimizer, 0)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        mine, theirs = started.state[p], plain.state[q]
+        assert sorted(mine) == sorted(theirs)
+        for key in theirs:
+            assert (mine[key].shape, mine[key].dtype, mine[key].device) == \
+                (theirs[key].shape, theirs[key].dtype, theirs[key].device), key
+        assert torch.equal(mine["step"], theirs["step"])
+        assert not torch.equal(mine["square_avg"], theirs["square_avg"])
+    again = _rmsprop(_linear(), centered=centered)
+    again.load_state_dict(copy.deepcopy(started.state_dict()))  # torch takes it as its own
+
+
+def test_one_worker_is_torch_s_own_start_bit_for_bit() -> None:
+    a, b = _linear(), _linear()
+    set_back, plain = _rmsprop(a), _rmsprop(b)
+    momentum_for_workers(set_back, 4)
+    assert getattr(set_back, SQUARE_START_KEY) is not None
+    momentum_for_workers(set_back, 1)
+    assert getattr(set_back, SQUARE_START_KEY) is None and not set_back._optimizer_step_pre_hooks
+    for seed in range(3):
+        for module, optimizer in ((a, set_back), (b, plain)):
+            _loss_step(module, optimizer, seed)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_state_already_there_is_never_started_again() -> None:
+    """A resumed worker (state loaded) or a network carried over from an earlier fit: no hook, and it
+    steps as an optimizer with the same values and state, bit for bit."""
+    first = _linear()
+    earlier = _rmsprop(first)
+    _loss_step(first, earlier, 0)
+    a, b = copy.deepcopy(first), copy.deepcopy(first)
+    resumed, reference = _rmsprop(a), _rmsprop(b, lr=1e-3 * lr_factor(0.9, 4), momentum=0.9 ** 4)
+    for optimizer in (resumed, reference):
+        optimizer.load_state_dict(copy.deepcopy(earlier.state_dict()))
+    reference.param_groups[0].update(lr=1e-3 * lr_factor(0.9, 4), momentum=0.9 ** 4)
+    changes = momentum_for_workers(resumed, 4)
+    assert changes[-1].now == 1.0 and getattr(resumed, SQUARE_START_KEY, None) is None  # none to start
+    for seed in (1, 2):
+        for module, optimizer in ((a, resumed), (b, reference)):
+            _loss_step(module, optimizer, seed)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_a_parameter_without_a_gradient_yet_is_started_at_its_first_one_and_then_the_hook_is_idle() -> None:
+    first, second = torch.nn.Linear(4, 3).double(), torch.nn.Linear(3, 2).double()
+    optimizer = torch.optim.RMSprop([*first.parameters(), *second.parameters()], lr=1e-3, momentum=0.9)
+    momentum_for_workers(optimizer, 2)
+    x = torch.randn(5, 4, dtype=torch.float64)
+    first(x).sum().backward()  # `second` has no gradient yet: torch skips it, and so does the start
+    optimizer.step()
+    (hook,) = optimizer._optimizer_step_pre_hooks.values()
+    assert not hook.done and not any(optimizer.state.get(p) for p in second.parameters())
+    filled = {p: optimizer.state[p]["square_avg"].clone() for p in first.parameters()}
+    optimizer.zero_grad()
+    second(first(x)).sum().backward()
+    grads = {p: p.grad.detach().clone() for p in [*first.parameters(), *second.parameters()]}
+    optimizer.step()
+    assert hook.done
+    for p in second.parameters():
+        assert torch.equal(optimizer.state[p]["square_avg"], grads[p] * grads[p])
+    for p, average in filled.items():  # those with state went on as torch's own
+        expected = average * 0.99 + 0.01 * grads[p] * grads[p]
+        torch.testing.assert_close(optimizer.state[p]["square_avg"], expected, rtol=1e-14, atol=0)
+
+
+def test_rmsprop_without_momentum_and_other_optimizers_get_no_start() -> None:
+    for optimizer in (torch.optim.RMSprop(_linear().parameters(), lr=1e-3), _sgd(momentum=0.9),
+                      _two_groups()):
+        assert all(c.name != f"{type(optimizer).__name__} {SQUARE_START_NAME}"
+                   for c in momentum_for_workers(optimizer, 4))
+        assert getattr(optimizer, SQUARE_START_KEY, None) is None and not optimizer._optimizer_step_pre_hooks
+
+
+def test_a_torch_network_s_started_state_round_trips_through_updater_state() -> None:
+    """Save and resume: a network given another's updater state (which creates its state with a zero
+    step first) goes on as the other does, bit for bit; the start acts once, never on a resume."""
+    def network() -> TorchNetwork:
+        torch.manual_seed(5)
+        return TorchNetwork(torch.nn.Linear(4, 3), torch.nn.CrossEntropyLoss(), (4,),
+                            optimizer=lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.9))
+
+    rng = np.random.default_rng(0)
+    onehot = np.eye(3, dtype=np.float32)
+    batches = [(rng.normal(size=(8, 4)).astype(np.float32), onehot[rng.integers(0, 3, 8)]) for _ in range(4)]
+    saved, resumed = network(), network()
+    for net in (saved, resumed):
+        momentum_for_workers(net, 4)
+    for x, y in batches[:2]:
+        saved.apply_update(saved.compute_update(x, y)[0])
+    resumed.set_params(saved.params)
+    resumed.set_updater_state(saved.updater_state)
+    np.testing.assert_array_equal(resumed.updater_state, saved.updater_state)
+    for x, y in batches[2:]:
+        for net in (saved, resumed):
+            net.apply_update(net.compute_update(x, y)[0])
+    np.testing.assert_array_equal(resumed.params, saved.params)

@@ -181,24 +181,41 @@ def test_scaled_momentum_is_each_worker_stepping_with_beta1_to_the_power_of_the_
 
 @pytest.mark.parametrize(("optimizer", "lr"), [("sgd", 0.01), ("rmsprop", 1e-4)])
 def test_scaled_momentum_with_sgd_is_each_worker_stepping_with_momentum_to_the_power_lr_scaled(
-        optimizer: str, lr: float) -> None:
+        optimizer: str, lr: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """With SGD (and RMSprop with momentum), scale_momentum is bit for bit the run whose workers were
-    given momentum 0.9 ** 3 and the lr times (1 - 0.9 ** 3) / (1 - 0.9); the drain still leaves every
-    replica on the master copy."""
-    from psrv.nn.momentum import lr_factor
+    given momentum 0.9 ** 3 and the lr times (1 - 0.9 ** 3) / (1 - 0.9) (RMSprop's square average
+    started at the first gradient's square); the drain still leaves every replica on the master copy."""
+    from psrv.nn.momentum import lr_factor, start_square_averages
 
     task = tasks.make("tiny", epochs=2)
     config = dict(threshold=SampledQuantileThreshold, delay=1, own_point=True)
     scaled = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3),
                              harness.Sharing(scale_momentum=True, **config), dtype=F64)
-    given = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3, momentum=0.9 ** 3,
-                                                  lr=lr * lr_factor(0.9, 3)),
-                            harness.Sharing(**config), dtype=F64)
+    with monkeypatch.context() as patch:
+        build = harness.network
+
+        def started(*args, **kwargs):
+            net = build(*args, **kwargs)
+            start_square_averages(net.optimizer)  # nothing for SGD
+            return net
+
+        patch.setattr(harness, "network", started)
+        given = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3, momentum=0.9 ** 3,
+                                                      lr=lr * lr_factor(0.9, 3)),
+                                harness.Sharing(**config), dtype=F64)
     plain = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3), harness.Sharing(**config),
                             dtype=F64)
     np.testing.assert_array_equal(scaled.params, given.params)
     assert not np.array_equal(scaled.params, plain.params)
     assert scaled.replica_gap < 1e-12
+    # square_start=False (bench_quality's "zerostart"): torch's zero start, the given values' run as built
+    zero = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3),
+                           harness.Sharing(scale_momentum=True, square_start=False, **config), dtype=F64)
+    built = harness.sharing(task, harness.Setting(optimizer=optimizer, workers=3, momentum=0.9 ** 3,
+                                                  lr=lr * lr_factor(0.9, 3)),
+                            harness.Sharing(**config), dtype=F64)
+    np.testing.assert_array_equal(zero.params, built.params)
+    assert np.array_equal(zero.params, scaled.params) == (optimizer == "sgd")
 
 
 def test_the_spark_benchmark_names_sgd_runs_apart() -> None:

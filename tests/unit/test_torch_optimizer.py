@@ -243,9 +243,10 @@ def test_a_wrapped_optimizer_with_its_momentum_set_for_the_workers_steps_as_one_
         kind: str) -> None:
     """What joining with scale_momentum=True does to a wrapped SGD (or RMSprop with momentum):
     ``momentum_for_workers`` of the wrapped optimizer, for 3 workers. It steps, through the step buffer,
-    as a bare one built with momentum 0.9 ** 3 and the lr scaled to keep the step's size, bit for bit,
-    a StepLR attached before wrapping included."""
-    from psrv.nn.momentum import lr_factor, momentum_for_workers
+    as a bare one built with momentum 0.9 ** 3 and the lr scaled to keep the step's size (RMSprop's
+    square average started at the first gradient's square), bit for bit, a StepLR attached before
+    wrapping included."""
+    from psrv.nn.momentum import SQUARE_START_NAME, lr_factor, momentum_for_workers, start_square_averages
 
     def make(params, lr: float, momentum: float) -> torch.optim.Optimizer:
         if kind == "SGD":
@@ -254,12 +255,14 @@ def test_a_wrapped_optimizer_with_its_momentum_set_for_the_workers_steps_as_one_
 
     reference, model = _model(), _model()
     bare = make(reference.parameters(), 0.05 * lr_factor(0.9, 3), 0.9 ** 3)
+    start_square_averages(bare)  # RMSprop's square average from the first gradient's square: SGD has none
     inner = make(model.parameters(), 0.05, 0.9)
     schedulers = [torch.optim.lr_scheduler.StepLR(o, 2, gamma=0.5) for o in (bare, inner)]
     wrapped = DistributedOptimizer(inner, model, join=False, threshold_algorithm=FixedThreshold(1e6),
                                    post_processor=NoResidualPostProcessor())
     changes = momentum_for_workers(wrapped.optimizer, 3)
-    assert [(c.name, c.given) for c in changes] == [(f"{kind} momentum", 0.9), (f"{kind} lr", 0.05)]
+    assert [(c.name, c.given) for c in changes] == [(f"{kind} momentum", 0.9), (f"{kind} lr", 0.05)] + (
+        [(f"RMSprop {SQUARE_START_NAME}", 0.0)] if kind == "RMSprop" else [])
     assert wrapped.param_groups[0]["lr"] == bare.param_groups[0]["lr"]
     for step in range(5):
         for net, opt in ((reference, bare), (model, wrapped)):
