@@ -123,16 +123,17 @@ def _square_average_groups(optimizer: Any) -> list[dict[str, Any]]:
 
 def start_square_averages(optimizer: Any, on: bool = True) -> bool:
     """Have RMSprop's square average (with momentum) of every parameter without optimizer state start
-    at its first gradient's square rather than at zero (``on``), or as torch starts it (``on=False``); returns
-    whether the start is set. A step pre-hook, kept on the optimizer (``psrv_square_start``), acts
-    before the step that would create the state; a state already there is never touched."""
+    at its first gradient's square rather than at zero (``on``), or as torch starts it (``on=False``);
+    returns whether the start is set. A step pre-hook, kept on the optimizer (``psrv_square_start``),
+    acts before the step that would create the state; a state already there is never touched."""
     handle = getattr(optimizer, SQUARE_START_KEY, None)
     if handle is not None:
         handle.remove()
         setattr(optimizer, SQUARE_START_KEY, None)
-    if not on or not _square_average_groups(optimizer):
+    groups = _square_average_groups(optimizer)
+    if not on or not groups:
         return False
-    if any(not optimizer.state.get(p) for g in _square_average_groups(optimizer) for p in g["params"]):
+    if any(not optimizer.state.get(p) for g in groups for p in g["params"]):
         setattr(optimizer, SQUARE_START_KEY, optimizer.register_step_pre_hook(_SquareStart()))
     return True
 
@@ -151,6 +152,7 @@ class _SquareStart:
             return
         import torch
 
+        scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32  # torch's
         waiting = False
         for group in _square_average_groups(optimizer):
             for p in group["params"]:
@@ -160,7 +162,6 @@ class _SquareStart:
                 if grad is None or grad.is_sparse or torch.is_complex(p):  # torch starts these its own way
                     waiting = waiting or grad is None
                     continue
-                scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
                 device = p.device if group.get("capturable") else None
                 state = optimizer.state[p]
                 state["step"] = torch.zeros((), dtype=scalar, device=device)
