@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 METHODS = ("one", "sync", "syncsqrt", "synclin", "avg", "dl4j", "quantile", "warmup", "exact", "flushend",
            "flush16", "flush8", "mask", "latency", "warmrun", "ownpoint", "dl4jown", "quantown", "quant3",
-           "default", "onestep", "zerostart", "gradients", "gradlin")
+           "default", "onestep", "zerostart", "exactdefault", "gradients", "gradlin")
 #: the default with K optimizer steps a message: methods "local2", "local4", "local8"
 LOCAL_STEPS = (2, 4, 8)
 METHODS += tuple(f"local{k}" for k in LOCAL_STEPS)
@@ -78,6 +78,7 @@ LABELS = {"one": "one process", "sync": "sync averaging (DDP)",
                      "momentum ** workers, local steps auto)",
           "onestep": "sharing, default with 1 step a message (local_steps=1)",
           "zerostart": "sharing, default with RMSprop's square average from zero (torch's start)",
+          "exactdefault": "sharing, default's momentum, square start and local steps, no quantization",
           "gradients": "compressed gradients (quantile τ at 3 %), one optimizer",
           "gradlin": "compressed gradients (quantile τ at 3 %), one optimizer, lr x workers",
           **{f"local{k}": f"sharing, default, {k} local steps a message" for k in LOCAL_STEPS},
@@ -183,7 +184,7 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                                   lambda: ResidualClipping(5, 5), own_point=True, scale_momentum=True)
         # the shipped default's local_steps="auto", decided by the product's own rule for this task's model
         default = dataclasses.replace(onestep, local_steps=auto_local_steps(task, setting)) \
-            if method in ("default", "zerostart") else onestep
+            if method in ("default", "zerostart", "exactdefault") else onestep
         config = {"dl4j": harness.Sharing(dl4j_threshold, lambda: ResidualClipping(5, 5)),
                   "quantile": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5)),
                   "warmup": harness.Sharing(lambda: SampledQuantileThreshold(warmup=WARMUP),
@@ -209,6 +210,9 @@ def _run(job: tuple[Any, ...]) -> dict[str, Any]:
                   "default": default,
                   "onestep": onestep,
                   "zerostart": dataclasses.replace(default, square_start=False),
+                  # what the default's stepping gives with every update whole: no threshold, no residual
+                  "exactdefault": dataclasses.replace(default, codec="exact", threshold=None,
+                                                      post_processor=None, own_point=False),
                   "quantown": harness.Sharing(SampledQuantileThreshold, lambda: ResidualClipping(5, 5),
                                               own_point=True),
                   **{f"local{k}": dataclasses.replace(onestep, local_steps=k) for k in LOCAL_STEPS},

@@ -320,6 +320,20 @@ def test_local_steps_keep_every_replica_on_the_master_copy() -> None:
     assert not np.array_equal(result.params, one_step.params)
 
 
+def test_exactdefault_is_the_default_stepping_with_every_update_whole() -> None:
+    """bench_quality's ``exactdefault``, the control that tells the residual's share of a row: every
+    update whole (a dense exchange, nothing left behind) with the default's momentum ** workers, so
+    neither the plain ``exact`` run (momentum as given) nor the quantized default."""
+    methods = ("exactdefault", "exact", "default")
+    runs = {m: bench_quality._run(("tiny", "sgd", 2, 0, m, 0, 0, 0)) for m in methods}
+    whole = runs["exactdefault"]
+    assert whole["unpacked"] == whole["bytes"] == whole["dense"] * whole["steps"] * 2  # every update, dense
+    assert whole["gap"] < 1e-6  # the replicas drain to the master copy
+    assert runs["default"]["unpacked"] < whole["unpacked"] / 10  # the default quantizes
+    assert whole["curve"] != runs["exact"]["curve"]  # the momentum is the default's, not the given one
+    assert whole["curve"] != runs["default"]["curve"]
+
+
 def test_bench_quality_help() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_quality.py"), "--help"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
