@@ -62,8 +62,12 @@ def test_a_cut_off_node_loses_nothing(cluster, mesh: str, heartbeat_ms: int, cut
                                      extra=["--controller-lost-timeout", "60"])
         finally:
             cluster.address = direct
-        status = cluster.wait_for(lambda s: len(s["nodes"]) == 2 and s["counters"]["updates_applied"] > 40,
-                                  60, "2 nodes exchanging")
+        # the cut node past its catch-up and sending (its beat says so), not only joined: a cut during its
+        # download would leave it nothing sent under its old id to re-send
+        status = cluster.wait_for(lambda s: len(s["nodes"]) == 2 and s["counters"]["updates_applied"] > 40
+                                  and any(n["name"] == "cut" and n["stats"].get("synthetic_sent", 0) >= 5
+                                          for n in s["nodes"]),
+                                  60, "2 nodes exchanging, the cut node sending")
         cut_id = next(n["id"] for n in status["nodes"] if n["name"] == "cut")
         proxy.block()  # nothing the cut node sends the controller arrives (its beats, joins, updates)
         cluster.wait_for(lambda s: cut_id not in [n["id"] for n in s["nodes"]], 30, "the cut node offline")
