@@ -35,7 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import LOCAL_STEPS, aims_verdict, seed_by_seed  # noqa: E402  (scripts/ is not a package)
+from quality.methods import LOCAL_STEPS  # noqa: E402  (scripts/ is not a package)
+from quality.report import aims_verdict, seed_by_seed  # noqa: E402
 
 #: the ways a fit can share: psrv's defaults, DL4J's, and psrv's defaults with the optimizer as given
 WAYS = ("default", "dl4j", "given")
