@@ -283,8 +283,8 @@ def test_exactdefault_is_the_default_stepping_with_every_update_whole() -> None:
     """bench_quality's ``exactdefault``, the control that tells the residual's share of a row: every
     update whole (a dense exchange, nothing left behind) with the default's momentum ** workers, so
     neither the plain ``exact`` run (momentum as given) nor the quantized default."""
-    methods = ("exactdefault", "exact", "default")
-    runs = {m: bench_quality._run(("tiny", "sgd", 2, 0, m, 0, 0, 0)) for m in methods}
+    names = ("exactdefault", "exact", "default")
+    runs = {m: bench_quality._run(("tiny", "sgd", 2, 0, m, 0, 0, 0)) for m in names}
     whole = runs["exactdefault"]
     assert whole["unpacked"] == whole["bytes"] == whole["dense"] * whole["steps"] * 2  # every update, dense
     assert whole["gap"] < 1e-6  # the replicas drain to the master copy
